@@ -1,0 +1,19 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+requirements = [
+    line.strip()
+    for line in Path(__file__).with_name("requirements.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+]
+
+setup(
+    name="minitorch-spec",
+    version="0.1.0",
+    description="Speculative decoding for reasoning models on MiniTorch, a from-scratch tensor framework",
+    packages=find_packages(include=["minitorch", "minitorch.*"]),
+    package_data={"minitorch": ["cuda_kernels/*", "../kernels/*.cu", "../kernels/includes/*"]},
+    python_requires=">=3.10",
+    install_requires=requirements,
+)
