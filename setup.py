@@ -13,7 +13,7 @@ setup(
     version="0.1.0",
     description="Speculative decoding for reasoning models on MiniTorch, a from-scratch tensor framework",
     packages=find_packages(include=["minitorch", "minitorch.*"]),
-    package_data={"minitorch": ["cuda_kernels/*", "../kernels/*.cu", "../kernels/includes/*"]},
+    package_data={"minitorch": ["cuda_kernels/*"]},
     python_requires=">=3.10",
     install_requires=requirements,
 )
