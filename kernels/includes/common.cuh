@@ -1,0 +1,65 @@
+// common.cuh: shared helpers for every kernels/*.cu file.
+//
+// Storage types: float (fp32) and bf16 held as raw uint16 bits (CuPy has no bfloat16 dtype).
+// bf16 is converted by bit manipulation (round to nearest even), so no cuda_bf16.h is needed and
+// the same sources compile under nvcc and NVRTC. All arithmetic is done in fp32.
+#pragma once
+
+typedef unsigned short bf16_t;
+typedef long long i64;
+
+#define MAX_DIMS 8
+#define MT_INF __int_as_float(0x7f800000)
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(bf16_t x) { return __uint_as_float(((unsigned int)x) << 16); }
+
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16_t from_f<bf16_t>(float x) {
+  unsigned int u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)((u >> 16) | 0x40u);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (bf16_t)(u >> 16);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide reductions; `buf` needs 32 floats of shared memory; every thread gets the result.
+__device__ __forceinline__ float block_sum(float v, float* buf) {
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) buf[wid] = v;
+  __syncthreads();
+  v = (lane < nw) ? buf[lane] : 0.f;
+  return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float* buf) {
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) buf[wid] = v;
+  __syncthreads();
+  v = (lane < nw) ? buf[lane] : -MT_INF;
+  return warp_max(v);
+}
+
+// Strided index: position `i` in a row-major walk of `shape` -> element offset under `strides`.
+__device__ __forceinline__ i64 strided_offset(i64 i, int nd, const i64* shape, const i64* strides) {
+  i64 off = 0;
+  for (int d = nd - 1; d >= 0; --d) {
+    i64 s = shape[d];
+    i64 c = i % s;
+    i /= s;
+    off += c * strides[d];
+  }
+  return off;
+}

@@ -1,0 +1,69 @@
+// kv_cache.cu: KV-cache writes for the decode / verify steps.
+//
+// kv_append_*: k, v contiguous (B, Hkv, T, D) -> caches (B, Hkv, max_len, D) at positions
+//   start .. start+T-1, start = (*pos_ptr if pos_ptr else pos). Grid-stride, 256 threads.
+// qkv_rope_append_*: the decode path's fused step after the QKV projection. qkv is (T, H3*D)
+//   token-major with H3 = Hq + 2*Hkv heads (q heads, then k, then v), bias (H3*D) or null.
+//   Adds the bias, rotates q and k heads at position pos0 + t (pos0 = *pos_ptr, a device int32,
+//   so a captured CUDA graph replays at the current position), writes q to q_out (T, Hq, D) and
+//   k, v into the caches (Hkv, max_len, D). inv_freq[i] = theta^(-2i/D) and the angles are
+//   computed in fp32 as transformers computes its cos/sin tables.
+//   Launch: grid (T, H3), block D/2 threads (one per rotation pair). Limits: D even, D <= 2048,
+//   pos0 + T <= max_len (the host checks).
+#include "common.cuh"
+
+template <typename T>
+__device__ void kv_append_body(const T* k, const T* v, T* kc, T* vc, const int* pos_ptr, int pos,
+                               int BH, int Tn, int D, int max_len) {
+  int start = pos_ptr ? *pos_ptr : pos;
+  i64 n = (i64)BH * Tn * D;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+    int d = (int)(i % D);
+    i64 r = i / D;
+    int t = (int)(r % Tn);
+    i64 bh = r / Tn;
+    i64 o = (bh * max_len + start + t) * D + d;
+    kc[o] = k[i];
+    vc[o] = v[i];
+  }
+}
+
+template <typename T>
+__device__ void qkv_rope_append_body(const T* qkv, const T* bias, T* q_out, T* kc, T* vc, const int* pos_ptr,
+                                     int Hq, int Hkv, int D, int max_len, float theta) {
+  int t = blockIdx.x, h = blockIdx.y, H3 = Hq + 2 * Hkv, half = D >> 1;
+  int pos = *pos_ptr + t;
+  const T* src = qkv + ((i64)t * H3 + h) * D;
+  const T* b = bias ? bias + (i64)h * D : (const T*)0;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float x1 = to_f(src[i]), x2 = to_f(src[i + half]);
+    if (b) { x1 += to_f(b[i]); x2 += to_f(b[i + half]); }
+    if (h < Hq + Hkv) {
+      float inv_freq = 1.f / powf(theta, (float)(2 * i) / (float)D);
+      float ang = (float)pos * inv_freq;
+      float c = cosf(ang), s = sinf(ang);
+      float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
+      T* dst = h < Hq ? q_out + ((i64)t * Hq + h) * D : kc + ((i64)(h - Hq) * max_len + pos) * D;
+      dst[i] = from_f<T>(o1);
+      dst[i + half] = from_f<T>(o2);
+    } else {
+      T* dst = vc + ((i64)(h - Hq - Hkv) * max_len + pos) * D;
+      dst[i] = from_f<T>(x1);
+      dst[i + half] = from_f<T>(x2);
+    }
+  }
+}
+
+extern "C" {
+#define KV_INST(sfx, T)                                                                               \
+  __global__ void kv_append_##sfx(const T* k, const T* v, T* kc, T* vc, const int* pos_ptr, int pos,    \
+                                  int BH, int Tn, int D, int max_len) {                                \
+    kv_append_body<T>(k, v, kc, vc, pos_ptr, pos, BH, Tn, D, max_len);                                 \
+  }                                                                                                   \
+  __global__ void qkv_rope_append_##sfx(const T* qkv, const T* bias, T* q_out, T* kc, T* vc,           \
+                                        const int* pos_ptr, int Hq, int Hkv, int D, int max_len, float theta) { \
+    qkv_rope_append_body<T>(qkv, bias, q_out, kc, vc, pos_ptr, Hq, Hkv, D, max_len, theta);           \
+  }
+KV_INST(f32, float)
+KV_INST(bf16, bf16_t)
+}

@@ -1,0 +1,277 @@
+"""Graph-captured Qwen2 decoding on the GPU: the fast path behind `project/bench_throughput.py`.
+
+`CudaDecoder` holds a Qwen2-architecture model's weights on the device in bf16 (q/k/v and gate/up
+projections concatenated so each is one GEMM), a preallocated KV cache, and every activation buffer.
+One step over T tokens is: embedding -> per layer [add+RMSNorm, QKV GEMM, bias+rope+KV append,
+split attention + combine, O GEMM, add+RMSNorm, gate/up GEMM, SiLU-mul, down GEMM] -> final norm ->
+LM head GEMM -> device argmax. For steps of <= 16 tokens the products run in our bf16 GEMV kernel
+(kernels/gemv.cu, which adds O and down projections straight into the fp32 residual stream);
+larger steps (prefill) use cuBLAS. The cache position lives in device memory, so a step captured once per
+T as a CUDA graph replays at any position; the only host synchronisation is reading token ids back.
+cuBLAS is called through ctypes (capture-safe); everything else is kernels/*.cu.
+
+The config is any object with the Hugging Face Qwen2 field names (hidden_size, num_hidden_layers,
+num_attention_heads, num_key_value_heads, intermediate_size, vocab_size, rope_theta, rms_norm_eps,
+tie_word_embeddings); weights are a dict keyed by checkpoint names (model.layers.0.self_attn.q_proj.weight,
+...), as float32/bf16 numpy or CuPy arrays.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from .cuda_blas import CUDA_R_16BF, CUDA_R_32F, cublas
+from .cuda_launch import ATT_RMAX
+from .cuda_runtime import get_cupy, kernels
+
+
+def _bf16_bits(cp: Any, arr: Any) -> Any:
+    """float32 (numpy / CuPy) or already-bf16 uint16 -> contiguous CuPy uint16 bf16 bits."""
+    if str(arr.dtype) == "uint16":
+        return cp.ascontiguousarray(cp.asarray(arr))
+    a = cp.asarray(arr, dtype=cp.float32)
+    u = a.view(cp.uint32)
+    return ((u + cp.uint32(0x7FFF) + ((u >> 16) & cp.uint32(1))) >> 16).astype(cp.uint16)
+
+
+def random_weights(cfg: Any, seed: int = 0, std: float = 0.02) -> Dict[str, Any]:
+    """Random bf16 device weights of cfg's real shapes (norm weights 1, biases small)."""
+    cp = get_cupy()
+    g = cp.random.default_rng(seed)
+    H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    D = getattr(cfg, "head_dim", None) or H // cfg.num_attention_heads
+    Hq, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+
+    def rnd(*shape: int) -> Any:
+        return _bf16_bits(cp, g.standard_normal(shape, dtype=cp.float32) * std)
+
+    w: Dict[str, Any] = {"model.embed_tokens.weight": rnd(V, H), "model.norm.weight": _bf16_bits(cp, cp.ones(H, cp.float32))}
+    if not cfg.tie_word_embeddings:
+        w["lm_head.weight"] = rnd(V, H)
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        w[p + "self_attn.q_proj.weight"] = rnd(Hq * D, H)
+        w[p + "self_attn.k_proj.weight"] = rnd(Hkv * D, H)
+        w[p + "self_attn.v_proj.weight"] = rnd(Hkv * D, H)
+        w[p + "self_attn.q_proj.bias"] = rnd(Hq * D)
+        w[p + "self_attn.k_proj.bias"] = rnd(Hkv * D)
+        w[p + "self_attn.v_proj.bias"] = rnd(Hkv * D)
+        w[p + "self_attn.o_proj.weight"] = rnd(H, Hq * D)
+        w[p + "mlp.gate_proj.weight"] = rnd(I, H)
+        w[p + "mlp.up_proj.weight"] = rnd(I, H)
+        w[p + "mlp.down_proj.weight"] = rnd(H, I)
+        w[p + "input_layernorm.weight"] = _bf16_bits(cp, cp.ones(H, cp.float32))
+        w[p + "post_attention_layernorm.weight"] = _bf16_bits(cp, cp.ones(H, cp.float32))
+    return w
+
+
+def weights_from_model(model: Any) -> Dict[str, Any]:
+    """Checkpoint-named float32 numpy weights of a minitorch Qwen2ForCausalLM (any backend)."""
+    return {name: np.asarray(p.value.to_numpy(), dtype=np.float32) for name, p in model.named_parameters()
+            if p.value is not None}
+
+
+class CudaDecoder:
+    """A Qwen2 model resident on the GPU with a KV cache of max_len positions and CUDA-graph steps."""
+
+    def __init__(self, cfg: Any, weights: Dict[str, Any], max_len: int, max_tokens: int = 128,
+                 gemv: str = "ours") -> None:
+        """gemv: "ours" (kernels/gemv.cu for steps of <= 16 tokens, cuBLAS above) or "cublas"."""
+        if gemv not in ("ours", "cublas"):
+            raise ValueError(f"gemv must be 'ours' or 'cublas', got {gemv!r}")
+        cp = self.cp = get_cupy()
+        self.gemv = gemv
+        self.sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        self.cfg = cfg
+        H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+        Hq, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+        D = getattr(cfg, "head_dim", None) or H // Hq
+        if D % 2 or D > 256 or Hq % Hkv:
+            raise ValueError(f"unsupported attention shape: {Hq} heads of {D}, {Hkv} kv heads")
+        self.H, self.I, self.V, self.Hq, self.Hkv, self.D = H, I, V, Hq, Hkv, D
+        self.L = cfg.num_hidden_layers
+        self.max_len, self.max_tokens = max_len, max_tokens
+        self.eps = float(cfg.rms_norm_eps)
+        self.theta = float(cfg.rope_theta)
+        get = lambda k: _bf16_bits(cp, weights[k])  # noqa: E731
+        self.embed = get("model.embed_tokens.weight")
+        self.lm_head = self.embed if cfg.tie_word_embeddings or "lm_head.weight" not in weights else get("lm_head.weight")
+        self.final_norm = get("model.norm.weight")
+        self.layers: List[Dict[str, Any]] = []
+        for i in range(self.L):
+            p = f"model.layers.{i}."
+            qkv = cp.concatenate([get(p + f"self_attn.{n}_proj.weight") for n in "qkv"], axis=0)  # (H3*D, H)
+            has_bias = (p + "self_attn.q_proj.bias") in weights
+            bias = cp.concatenate([get(p + f"self_attn.{n}_proj.bias") for n in "qkv"]) if has_bias else None
+            gu = cp.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")], axis=0)  # (2I, H)
+            self.layers.append(dict(
+                qkv=qkv, qkv_bias=bias, o=get(p + "self_attn.o_proj.weight"), gate_up=gu,
+                down=get(p + "mlp.down_proj.weight"), ln1=get(p + "input_layernorm.weight"),
+                ln2=get(p + "post_attention_layernorm.weight"),
+                k=cp.zeros((Hkv, max_len, D), cp.uint16), v=cp.zeros((Hkv, max_len, D), cp.uint16)))
+        T, H3 = max_tokens, Hq + 2 * Hkv
+        self.tokens = cp.zeros(T, cp.int64)
+        self.pos = cp.zeros(1, cp.int32)
+        self.resid = cp.zeros((T, H), cp.float32)
+        self.xn = cp.zeros((T, H), cp.uint16)
+        self.qkv = cp.zeros((T, H3 * D), cp.uint16)
+        self.q = cp.zeros((T, Hq, D), cp.uint16)
+        self.attn = cp.zeros((T, Hq * D), cp.uint16)
+        self.o = cp.zeros((T, H), cp.uint16)
+        self.gu = cp.zeros((T, 2 * I), cp.uint16)
+        self.act = cp.zeros((T, I), cp.uint16)
+        self.down = cp.zeros((T, H), cp.uint16)
+        self.logits = cp.zeros((T, V), cp.float32)
+        self.next_ids = cp.zeros(T, cp.int64)
+        self.history = cp.zeros(max_len + T, cp.int64)
+        self.kb = max(64, 32 * math.ceil(math.ceil(max_len / 256) / 32))
+        self.nsplit = math.ceil(max_len / self.kb)
+        self.ws_m = cp.zeros(Hq * T * self.nsplit, cp.float32)
+        self.ws_l = cp.zeros(Hq * T * self.nsplit, cp.float32)
+        self.ws_acc = cp.zeros(Hq * T * self.nsplit * D, cp.float32)
+        self.blas = cublas()
+        self.k = kernels()
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.graphs: Dict[Any, Any] = {}
+
+    # ------------------------------------------------------------------ one step (capturable)
+    def _ours(self, M: int, K: int) -> bool:
+        return self.gemv == "ours" and M <= 16 and K % 8 == 0
+
+    def _gemv(self, x: Any, w: Any, M: int, N: int, K: int, yb: Any = None, yf: Any = None,
+              resid: Any = None) -> None:
+        tm = 1 if M == 1 else 4 if M <= 4 else 8 if M <= 8 else 16
+        z = np.uint64(0)
+        self.k.launch(f"gemv{tm}_bf16", (min(math.ceil(N / 8), 8 * self.sms),), (256,),
+                      (w, x, yb if yb is not None else z, yf if yf is not None else z,
+                       resid if resid is not None else z, np.int32(N), np.int32(K), np.int32(M), np.int32(K)))
+
+    def _gemm(self, x: Any, w: Any, y: Any, M: int, N: int, K: int, out_f32: bool = False) -> None:
+        """y[M, N] = x[M, K] @ w[N, K]^T (bf16, or fp32 logits)."""
+        if self._ours(M, K):
+            self._gemv(x, w, M, N, K, yf=y if out_f32 else None, yb=None if out_f32 else y)
+            return
+        self.blas.linear(x.data.ptr, w.data.ptr, y.data.ptr, M, N, K, CUDA_R_16BF, CUDA_R_16BF,
+                         CUDA_R_32F if out_f32 else CUDA_R_16BF)
+
+    def _gemm_resid(self, x: Any, w: Any, tmp: Any, M: int, N: int, K: int) -> Optional[Any]:
+        """Project and add into the fp32 residual stream; returns the bf16 delta still to be added
+        (cuBLAS path: the next add+RMSNorm adds it) or None (our GEMV added it already)."""
+        if self._ours(M, K):
+            self._gemv(x, w, M, N, K, resid=self.resid)
+            return None
+        self._gemm(x, w, tmp, M, N, K)
+        return tmp
+
+    def _norm(self, delta: Optional[Any], w: Any, T: int) -> None:
+        n = self.H
+        self.k.launch("add_rmsnorm_bf16", (T,), (1024 if n >= 4096 else 256,),
+                      (self.resid, delta if delta is not None else np.uint64(0), w, self.xn, np.int32(n),
+                       np.float32(self.eps)))
+
+    def _step(self, T: int, all_logits: bool, advance: bool) -> None:
+        """Enqueue one forward step over tokens[0:T] at positions pos..pos+T-1 (no host sync)."""
+        k, H, D, Hq, Hkv, i32 = self.k, self.H, self.D, self.Hq, self.Hkv, np.int32
+        H3 = Hq + 2 * Hkv
+        k.launch("embedding_bf16_f32", (T,), (256,), (self.embed, self.tokens, self.resid, i32(self.V), i32(H)))
+        groups = math.ceil((Hq // Hkv) * T / ATT_RMAX)
+        delta: Optional[Any] = None
+        for li, lw in enumerate(self.layers):
+            self._norm(delta, lw["ln1"], T)
+            self._gemm(self.xn, lw["qkv"], self.qkv, T, H3 * D, H)
+            k.launch("qkv_rope_append_bf16", (T, H3), (max(32, D // 2),),
+                     (self.qkv, lw["qkv_bias"] if lw["qkv_bias"] is not None else np.uint64(0), self.q, lw["k"],
+                      lw["v"], self.pos, i32(Hq), i32(Hkv), i32(D), i32(self.max_len), np.float32(self.theta)))
+            k.launch("attn_partial_bf16", (self.nsplit, Hkv, groups), (128,),
+                     (self.q, lw["k"], lw["v"], self.ws_m, self.ws_l, self.ws_acc, self.pos, i32(0),
+                      np.int64(0), np.int64(D), np.int64(Hq * D), np.int64(0), np.int64(self.max_len * D),
+                      np.int64(D), np.int64(0), np.int64(self.max_len * D), np.int64(D), i32(Hq), i32(Hkv),
+                      i32(T), i32(D), i32(self.max_len), i32(self.kb), np.float32(D ** -0.5)))
+            k.launch("attn_combine_bf16", (Hq * T,), (32 * math.ceil(D / 32),),
+                     (self.ws_m, self.ws_l, self.ws_acc, self.attn, np.int64(0), np.int64(D), np.int64(Hq * D),
+                      i32(Hq), i32(T), i32(D), i32(self.nsplit)))
+            self._norm(self._gemm_resid(self.attn, lw["o"], self.o, T, H, Hq * D), lw["ln2"], T)
+            self._gemm(self.xn, lw["gate_up"], self.gu, T, 2 * self.I, H)
+            k.launch("gate_up_silu_bf16", (min(4096, math.ceil(T * self.I / 256)),), (256,),
+                     (self.gu, self.act, np.int64(T), i32(self.I)))
+            delta = self._gemm_resid(self.act, lw["down"], self.down, T, H, self.I)
+        self._norm(delta, self.final_norm, T)
+        r0 = 0 if all_logits else T - 1
+        rows = T - r0
+        xn_rows = self.xn[r0:T]
+        self._gemm(xn_rows, self.lm_head, self.logits, rows, self.V, H, out_f32=True)
+        k.launch("argmax_f32", (rows,), (1024,), (self.logits, self.next_ids[r0:T], i32(self.V)))
+        if advance:
+            k.launch("decode_advance", (1,), (1,), (self.pos, self.tokens, self.next_ids, self.history, i32(T),
+                                                   i32(self.history.size)))
+
+    # ------------------------------------------------------------------ host API
+    def set_position(self, p: int) -> None:
+        """Move the cache position (rolls back speculative entries: they are overwritten later)."""
+        if not 0 <= p <= self.max_len:
+            raise ValueError(f"position {p} outside the cache (max_len {self.max_len})")
+        with self.stream:
+            self.k.launch("set_pos", (1,), (1,), (self.pos, np.int32(p)))
+
+    def run(self, ids: List[int], all_logits: bool = True, advance: bool = True, graph: bool = False) -> Any:
+        """Process ids at the current position; returns the device int64 greedy next ids (len(ids),)
+        (only the last one is computed unless all_logits). graph=True captures/replays per shape."""
+        T = len(ids)
+        if not 1 <= T <= self.max_tokens:
+            raise ValueError(f"a step takes 1..{self.max_tokens} tokens, got {T}")
+        with self.stream:
+            self.tokens[:T].set(np.asarray(ids, np.int64), stream=self.stream)
+            self.replay(T, all_logits, advance) if graph else self._step(T, all_logits, advance)
+        return self.next_ids[:T]
+
+    def replay(self, T: int, all_logits: bool = True, advance: bool = True) -> None:
+        """Launch the captured graph for this step shape (capturing it on first use)."""
+        key = (T, all_logits, advance)
+        g = self.graphs.get(key)
+        if g is None:
+            g = self.graphs[key] = self.capture(T, all_logits, advance)
+        g.launch(self.stream)
+
+    def capture(self, T: int, all_logits: bool, advance: bool) -> Any:
+        """Capture one step as a CUDA graph (kernels loaded and cuBLAS warmed up first)."""
+        cp = self.cp
+        with self.stream:
+            p = int(self.pos.get()[0])
+            self._step(T, all_logits, False)  # warm-up: loads modules, lets cuBLAS pick algorithms
+            self.blas.sync_stream()
+            self.stream.synchronize()
+            self.stream.begin_capture()
+            try:
+                self._step(T, all_logits, advance)
+            finally:
+                g = self.stream.end_capture()
+            self.set_position(p)
+        del cp
+        return g
+
+    def prefill(self, prompt: List[int], chunk: Optional[int] = None) -> int:
+        """Run the prompt from position 0; returns the greedy next token."""
+        self.set_position(0)
+        chunk = chunk or self.max_tokens
+        for s in range(0, len(prompt), chunk):
+            part = prompt[s:s + chunk]
+            self.run(part, all_logits=False, advance=True)
+        self.stream.synchronize()
+        return int(self.tokens[:1].get()[0])
+
+    def decode(self, n: int, sync_every: int = 1) -> List[int]:
+        """Greedy-decode n tokens after prefill by replaying the T=1 graph; the ids are read back
+        every `sync_every` steps (1 = after each token, as a stop-token check would need)."""
+        p0 = int(self.pos.get()[0])
+        if p0 + n > self.max_len:
+            raise ValueError(f"decoding {n} tokens from position {p0} overflows the cache ({self.max_len})")
+        out: List[int] = []
+        for i in range(n):
+            self.replay(1, all_logits=False, advance=True)
+            if (i + 1) % sync_every == 0 or i == n - 1:
+                self.stream.synchronize()
+        self.stream.synchronize()
+        out = [int(t) for t in self.history[p0 + 1:p0 + 1 + n].get()]
+        return out

@@ -1,0 +1,22 @@
+"""Token generation on MiniTorch models: sampling, autoregressive and speculative decoding.
+
+See docs/CONTRACT.md ("Generation") and speculative.py for the acceptance rule.
+"""
+from .autoregressive import generate
+from .drafters import Drafter, ModelDrafter, NGramDrafter
+from .sampling import SamplingConfig, logits_to_probs, sample
+from .speculative import speculative_generate
+from .stats import GenerationResult, predicted_speedup
+
+__all__ = [
+    "Drafter",
+    "GenerationResult",
+    "ModelDrafter",
+    "NGramDrafter",
+    "SamplingConfig",
+    "generate",
+    "logits_to_probs",
+    "predicted_speedup",
+    "sample",
+    "speculative_generate",
+]

@@ -1,0 +1,133 @@
+"""Drafters: whatever proposes the next few tokens for the target to verify.
+
+One small interface (`Drafter`):
+- `start(prompt_ids, max_len)`: a new generation begins (a model drafter prefills its own cache).
+- `propose(tokens, gamma, cfg, rng) -> (draft_tokens, q)`: up to gamma tokens continuing `tokens`
+  (prompt + output so far). q is a (n, V) float64 array with the draft distribution each token was
+  sampled from, or None when the draft is deterministic (q is then the point mass on each token).
+- `rollback(n_tokens)`: only the first n_tokens of the context are still valid (KV-cache rollback).
+- `forwards`: number of model forwards run so far (0 for drafters without a model).
+
+`ModelDrafter` runs a small draft model with its own KV cache; `NGramDrafter` is prompt lookup
+(an n-gram match against prompt + output, as transformers' `prompt_lookup_num_tokens`).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from .sampling import SamplingConfig, logits_rows, logits_to_probs, sample
+
+
+class Drafter(Protocol):
+    """The interface speculative_generate drives (see the module docstring)."""
+
+    vocab_size: int | None
+    forwards: int
+
+    def start(self, prompt_ids: Sequence[int], max_len: int) -> None: ...
+
+    def propose(self, tokens: Sequence[int], gamma: int, cfg: SamplingConfig,
+                rng: np.random.Generator) -> tuple[list[int], np.ndarray | None]: ...
+
+    def rollback(self, n_tokens: int) -> None: ...
+
+
+class ModelDrafter:
+    """A draft model decoding autoregressively with its own KV cache.
+
+    Cache invariant: the cache holds K/V for `self._ids` (a prefix of the context); `propose` feeds
+    the context tokens past it, then one token per further draft step.
+    """
+
+    def __init__(self, model: Any, vocab_size: int | None = None) -> None:
+        self.model = model
+        self.vocab_size = int(vocab_size or model.config.vocab_size)
+        self.forwards = 0
+        self.cache: Any = None
+        self._ids: list[int] = []
+
+    def start(self, prompt_ids: Sequence[int], max_len: int) -> None:
+        """New cache sized for the whole generation; prefill all prompt tokens but the last."""
+        self.cache = self.model.new_cache(max_len)
+        self._ids = []
+        self.forwards = 0
+        if len(prompt_ids) > 1:
+            self.model([int(t) for t in prompt_ids[:-1]], self.cache)
+            self._ids = [int(t) for t in prompt_ids[:-1]]
+
+    def rollback(self, n_tokens: int) -> None:
+        """Keep only the first n_tokens positions (never grows the cache)."""
+        if n_tokens < len(self._ids):
+            self.cache.truncate(n_tokens)
+            del self._ids[n_tokens:]
+
+    def _sync(self, tokens: Sequence[int]) -> list[int]:
+        """Roll back to the longest cached prefix of `tokens` (keeping at least one token to feed);
+        return the tokens still to feed."""
+        n = min(len(self._ids), len(tokens) - 1)
+        if self._ids[:n] != list(tokens[:n]):
+            n = next(i for i, (a, b) in enumerate(zip(self._ids, tokens)) if a != b)
+        self.rollback(n)
+        return [int(t) for t in tokens[n:]]
+
+    def propose(self, tokens: Sequence[int], gamma: int, cfg: SamplingConfig,
+                rng: np.random.Generator) -> tuple[list[int], np.ndarray | None]:
+        """Draft gamma tokens; q rows are the draft's processed distributions (None when greedy)."""
+        feed = self._sync(tokens)
+        drafts: list[int] = []
+        qs: list[np.ndarray] = []
+        for i in range(gamma):
+            rows = logits_rows(self.model(feed, self.cache), self.vocab_size)  # (T, V)
+            self.forwards += 1
+            self._ids.extend(feed)
+            if cfg.greedy:
+                tok = int(np.argmax(rows[-1]))
+            else:
+                q = logits_to_probs(rows[-1], cfg)
+                tok = sample(q, rng)
+                qs.append(q)
+            drafts.append(tok)
+            feed = [tok]
+        return drafts, (np.stack(qs) if qs else None)
+
+
+class NGramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the context's last n tokens (n from
+    max_ngram down to min_ngram) and propose the tokens that followed it. No model, no cache.
+
+    transformers' prompt lookup takes the first match; this takes the most recent one, which tends
+    to continue the current line of reasoning. Drafts are deterministic (q = point mass).
+    """
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        if not (1 <= min_ngram <= max_ngram):
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.vocab_size: int | None = None
+        self.forwards = 0
+
+    def start(self, prompt_ids: Sequence[int], max_len: int) -> None:
+        self.forwards = 0
+
+    def rollback(self, n_tokens: int) -> None:
+        pass
+
+    def propose(self, tokens: Sequence[int], gamma: int, cfg: SamplingConfig,
+                rng: np.random.Generator) -> tuple[list[int], np.ndarray | None]:
+        ctx = np.asarray(tokens, dtype=np.int64)
+        n_ctx = ctx.shape[0]
+        for n in range(min(self.max_ngram, n_ctx - 1), self.min_ngram - 1, -1):
+            tail = ctx[n_ctx - n:]
+            # windows starting at s = 0 .. n_ctx - n - 1 (the tail itself excluded)
+            hit = np.ones(n_ctx - n, dtype=bool)
+            for j in range(n):
+                hit &= ctx[j:n_ctx - n + j] == tail[j]
+            starts = np.flatnonzero(hit)
+            if starts.size:
+                s = int(starts[-1]) + n
+                return [int(t) for t in ctx[s:s + gamma]], None
+        return [], None

@@ -1,0 +1,141 @@
+"""Statistics of one generation: counts, acceptance, timing, and Leviathan's predicted speedup.
+
+Definitions (returned in `GenerationResult.stats`):
+- drafted: draft tokens proposed; accepted: draft tokens accepted and emitted.
+- alpha = accepted / drafted (the acceptance rate; drafts after a rejection count as drafted).
+- token_acceptance = accepted / judged: per-token acceptance probability, where a draft token is
+  "judged" when every token before it was accepted (Leviathan's alpha; used for the prediction).
+- tau = new tokens / target forwards in the decode loop (mean tokens per verification).
+- per_position_acceptance[i] = accepted / judged at draft position i.
+- accept_length_hist[n] = number of verification rounds that accepted exactly n draft tokens.
+- predicted_speedup = E[tokens per round] / (gamma * c + 1) with E = (1 - a^(gamma+1)) / (1 - a),
+  a = token_acceptance and c = (time per draft forward) / (time per target forward), both measured.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def expected_tokens_per_round(alpha: float, gamma: float) -> float:
+    """Leviathan et al. (2023) eq. 1: expected tokens per verification, (1 - a^(g+1)) / (1 - a)."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, gamma: float, c: float) -> float:
+    """Leviathan et al. (2023) Theorem 3.8: walltime improvement (1 - a^(g+1)) / ((1 - a)(g c + 1))."""
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
+
+
+class Timer:
+    """Accumulates seconds per named phase: `with timer("draft"): ...`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._name = ""
+        self._t0 = 0.0
+
+    def __call__(self, name: str) -> "Timer":
+        self._name = name
+        return self
+
+    def __enter__(self) -> "Timer":
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        dt = time.perf_counter() - self._t0
+        self.seconds[self._name] = self.seconds.get(self._name, 0.0) + dt
+
+    def get(self, name: str) -> float:
+        return self.seconds.get(name, 0.0)
+
+
+@dataclass
+class SpecStats:
+    """Running counters of a speculative generation; `as_dict` derives the rates."""
+
+    new_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    target_tokens: int = 0  # tokens produced by the target itself (corrections, bonus, plain steps)
+    target_forwards: int = 0  # verification forwards (prefill not counted)
+    draft_forwards: int = 0
+    rounds: int = 0
+    gamma_sum: int = 0  # sum of draft lengths actually proposed, for the mean gamma
+    position_judged: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
+    accept_length_hist: list[int] = field(default_factory=list)
+    timer: Timer = field(default_factory=Timer)
+
+    def record_round(self, n_drafted: int, n_accepted_judged: int, n_emitted_drafts: int,
+                     n_emitted_target: int) -> None:
+        """One verification: n_drafted proposed, n_accepted_judged passed the rule, and of the emitted
+        tokens n_emitted_drafts came from the draft and n_emitted_target from the target."""
+        self.rounds += 1
+        self.target_forwards += 1
+        self.drafted += n_drafted
+        self.gamma_sum += n_drafted
+        self.accepted += n_emitted_drafts
+        self.target_tokens += n_emitted_target
+        self.new_tokens += n_emitted_drafts + n_emitted_target
+        n_judged = min(n_drafted, n_accepted_judged + 1)
+        while len(self.position_judged) < n_drafted:
+            self.position_judged.append(0)
+            self.position_accepted.append(0)
+        for i in range(n_judged):
+            self.position_judged[i] += 1
+            if i < n_accepted_judged:
+                self.position_accepted[i] += 1
+        while len(self.accept_length_hist) <= n_accepted_judged:
+            self.accept_length_hist.append(0)
+        self.accept_length_hist[n_accepted_judged] += 1
+
+    def as_dict(self, total_seconds: float) -> dict[str, Any]:
+        """Counters plus derived rates (see the module docstring for the definitions)."""
+        t = self.timer
+        judged = sum(self.position_judged)
+        alpha = self.accepted / self.drafted if self.drafted else 0.0
+        token_acc = sum(self.position_accepted) / judged if judged else 0.0
+        mean_gamma = self.gamma_sum / self.rounds if self.rounds else 0.0
+        t_draft_fwd = t.get("draft") / self.draft_forwards if self.draft_forwards else 0.0
+        t_target_fwd = t.get("verify") / self.target_forwards if self.target_forwards else 0.0
+        c = t_draft_fwd / t_target_fwd if t_target_fwd > 0 else 0.0
+        return {
+            "new_tokens": self.new_tokens,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "target_tokens": self.target_tokens,
+            "alpha": alpha,
+            "token_acceptance": token_acc,
+            "tau": self.new_tokens / self.target_forwards if self.target_forwards else 0.0,
+            "target_forwards": self.target_forwards,
+            "draft_forwards": self.draft_forwards,
+            "rounds": self.rounds,
+            "mean_gamma": mean_gamma,
+            "per_position_acceptance": [
+                a / j if j else 0.0 for a, j in zip(self.position_accepted, self.position_judged)
+            ],
+            "per_position_judged": list(self.position_judged),
+            "accept_length_hist": list(self.accept_length_hist),
+            "time_prefill": t.get("prefill"),
+            "time_draft": t.get("draft"),
+            "time_verify": t.get("verify"),
+            "time_sample": t.get("sample"),
+            "time_total": total_seconds,
+            "tokens_per_s": self.new_tokens / total_seconds if total_seconds > 0 else 0.0,
+            "cost_ratio_c": c,
+            "predicted_speedup": predicted_speedup(token_acc, mean_gamma, c) if self.rounds else 1.0,
+        }
+
+
+@dataclass
+class GenerationResult:
+    """What every generation returns: new tokens only, why it stopped, and its statistics."""
+
+    tokens: list[int]
+    stop_reason: str  # "stop" (a stop token was emitted, and is the last token) | "length"
+    stats: dict[str, Any]

@@ -1,0 +1,60 @@
+"""load_model: registry name, Hugging Face model folder or GGUF file -> (Qwen2ForCausalLM, Tokenizer)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from .config import Qwen2Config
+from .errors import ModelLoadError
+from .gguf_io import load_gguf_weights
+from .qwen2 import Qwen2ForCausalLM
+from .registry import resolve
+from .safetensors_io import load_safetensors_folder
+from .tokenizer import Tokenizer
+
+
+def load_model(
+    name_or_path: Union[str, Path],
+    backend: Any = None,
+    dtype: str = "float32",
+    progress: bool = True,
+    cache_dir: Optional[Union[str, Path]] = None,
+) -> tuple[Qwen2ForCausalLM, Tokenizer]:
+    """Load a Qwen2-architecture model and its tokenizer.
+
+    `name_or_path`: a registry name ('qwen2.5-coder-0.5b-instruct', 'deepseek-r1-distill-qwen-7b', ...),
+    a Hugging Face folder (config.json, tokenizer.json, *.safetensors) or a .gguf file. A GGUF is
+    dequantized once into the cache folder; later loads memory-map the cached float32 arrays.
+    `backend` defaults to FastBackend. Errors for users are ModelLoadError naming the file.
+    """
+    if backend is None:
+        from .. import FastBackend
+
+        backend = FastBackend
+    t0 = time.perf_counter()
+    path = resolve(name_or_path, cache_dir, progress)
+    if path.is_dir():
+        config = Qwen2Config.from_json(path / "config.json")
+        weights = load_safetensors_folder(path)
+        tok = Tokenizer.from_folder(path)
+    elif _is_gguf(path):
+        config, weights, tok_dir = load_gguf_weights(path, cache_dir, progress)
+        tok = Tokenizer.from_folder(tok_dir)
+        tok.source = str(path)
+    else:
+        raise ModelLoadError(f"{path} is neither a model folder nor a GGUF file")
+    if tok.vocab_size > config.vocab_size:
+        raise ModelLoadError(f"{path}: tokenizer has {tok.vocab_size} tokens but the embedding only {config.vocab_size} rows")
+    model = Qwen2ForCausalLM(config, backend, dtype)
+    model.load_weights(weights, source=str(path))
+    model.load_seconds = time.perf_counter() - t0
+    return model, tok
+
+
+def _is_gguf(path: Path) -> bool:
+    if path.suffix.lower() == ".gguf":
+        return True
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"

@@ -1,0 +1,237 @@
+"""Qwen2 decoder (= DeepSeek-R1-Distill-Qwen) on MiniTorch tensors, with a KV cache.
+
+References: mlx-lm models/qwen2.py (structure; attribute names = checkpoint keys so loading is
+"set parameter by name") and transformers modeling_qwen2.py (numerics: RMSNorm in float32,
+rotate_half rotary embeddings, grouped-query attention with q/k/v biases, SwiGLU MLP,
+scaling = head_dim ** -0.5). Every op goes through a backend slot (nn.rmsnorm, nn.rope,
+nn.attention, nn.linear, nn.silu_mul, nn.embedding); the model never looks at the device.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from .. import nn
+from .. import tensor as make_tensor
+from ..module import Module, Parameter
+from ..tensor import Tensor
+from .config import Qwen2Config
+from .kv_cache import KVCache
+
+
+def _unset() -> Parameter:
+    """An empty parameter slot; `Qwen2ForCausalLM.load_weights` fills it with the checkpoint tensor.
+    Inference weights do not require grad (tests turn it on for gradient checks)."""
+    return Parameter(None, requires_grad=False)
+
+
+class Linear(Module):
+    """y = x @ weight^T + bias with weight (out_features, in_features) as stored in checkpoints."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = _unset()
+        self.bias = _unset() if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn.linear(x, self.weight.value, None if self.bias is None else self.bias.value)
+
+
+class RMSNorm(Module):
+    def __init__(self, dims: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = _unset()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn.rmsnorm(x, self.weight.value, self.eps)
+
+
+class Embedding(Module):
+    def __init__(self, num: int, dims: int) -> None:
+        super().__init__()
+        self.weight = _unset()
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return nn.embedding(self.weight.value, ids)
+
+
+class Attention(Module):
+    """Grouped-query self-attention with rotary embeddings and q/k/v biases."""
+
+    def __init__(self, cfg: Qwen2Config) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.scale = self.head_dim**-0.5
+        d = cfg.hidden_size
+        self.q_proj = Linear(d, self.n_heads * self.head_dim, True)
+        self.k_proj = Linear(d, self.n_kv_heads * self.head_dim, True)
+        self.v_proj = Linear(d, self.n_kv_heads * self.head_dim, True)
+        self.o_proj = Linear(self.n_heads * self.head_dim, d, False)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Optional[KVCache] = None, layer: int = 0) -> Tensor:
+        b, t, _ = x.shape
+        hd = self.head_dim
+        q = self.q_proj(x).view(b, t, self.n_heads, hd).permute(0, 2, 1, 3)  # (B, Hq, T, hd)
+        k = self.k_proj(x).view(b, t, self.n_kv_heads, hd).permute(0, 2, 1, 3)  # (B, Hkv, T, hd)
+        v = self.v_proj(x).view(b, t, self.n_kv_heads, hd).permute(0, 2, 1, 3)  # (B, Hkv, T, hd)
+        q = nn.rope(q, cos, sin)
+        k = nn.rope(k, cos, sin)
+        start = 0
+        if cache is not None:
+            start = cache.length
+            k, v = cache.update(layer, k, v)  # (B, Hkv, start + T, hd)
+        o = nn.attention(q, k, v, self.scale, start)  # (B, Hq, T, hd)
+        o = o.permute(0, 2, 1, 3).contiguous().view(b, t, self.n_heads * hd)  # (B, T, Hq * hd)
+        return self.o_proj(o)
+
+
+class MLP(Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, dims: int, hidden: int) -> None:
+        super().__init__()
+        self.gate_proj = Linear(dims, hidden, False)
+        self.up_proj = Linear(dims, hidden, False)
+        self.down_proj = Linear(hidden, dims, False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(nn.silu_mul(self.gate_proj(x), self.up_proj(x)))
+
+
+class DecoderLayer(Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then + mlp(norm(.))."""
+
+    def __init__(self, cfg: Qwen2Config) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Optional[KVCache] = None, layer: int = 0) -> Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Layers(Module):
+    """Numbered children, so parameter names read `layers.0.self_attn.q_proj.weight`."""
+
+    def __init__(self, layers: Sequence[Module]) -> None:
+        super().__init__()
+        self.n = len(layers)
+        for i, layer in enumerate(layers):
+            setattr(self, str(i), layer)
+
+    def __getitem__(self, i: int) -> DecoderLayer:
+        return getattr(self, str(i))
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class Qwen2Model(Module):
+    def __init__(self, cfg: Qwen2Config) -> None:
+        super().__init__()
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = Layers([DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+def rope_tables(head_dim: int, theta: float, n_pos: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin tables (n_pos, head_dim) in transformers' float32 arithmetic (inv_freq, outer, cat)."""
+    inv_freq = 1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)))
+    freqs = np.arange(n_pos, dtype=np.float32)[:, None] * inv_freq[None, :].astype(np.float32)  # (n_pos, hd/2)
+    emb = np.concatenate([freqs, freqs], axis=-1)  # (n_pos, hd)
+    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
+
+
+class Qwen2ForCausalLM(Module):
+    """The full causal LM: `model(ids, cache)` -> (1, T, V) logits for the T new positions."""
+
+    def __init__(self, config: Qwen2Config, backend: Any, dtype: str = "float32") -> None:
+        super().__init__()
+        self.config = config
+        self.backend = backend
+        self.dtype = dtype
+        self.model = Qwen2Model(config)
+        self.lm_head = None if config.tie_word_embeddings else Linear(config.hidden_size, config.vocab_size, False)
+        self._cos: Optional[Tensor] = None
+        self._sin: Optional[Tensor] = None
+
+    # -- inference ---------------------------------------------------------------------------
+    def new_cache(self, max_len: int) -> KVCache:
+        """An empty KV cache for up to max_len positions (rotary tables are grown to match)."""
+        c = self.config
+        if max_len > c.max_position_embeddings:
+            raise ValueError(f"max_len {max_len} exceeds the model's context of {c.max_position_embeddings} positions")
+        self._ensure_rope(max_len)
+        return KVCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, max_len, self.backend, self.dtype)
+
+    def _ensure_rope(self, n_pos: int) -> None:
+        if self._cos is None or self._cos.shape[0] < n_pos:
+            from .. import from_numpy
+
+            cos, sin = rope_tables(self.config.head_dim, self.config.rope_theta, n_pos)
+            self._cos = _cast(from_numpy(cos, backend=self.backend), self.dtype)
+            self._sin = _cast(from_numpy(sin, backend=self.backend), self.dtype)
+
+    def forward(self, ids: Union[Tensor, Sequence[int]], cache: Optional[KVCache] = None) -> Tensor:
+        """Logits (1, T, V) for ids (1, T); with a cache, positions continue from cache.length."""
+        if not isinstance(ids, Tensor):
+            ids = make_tensor([list(ids)], dtype="int64", backend=self.backend)
+        if ids.dims != 2 or ids.shape[0] != 1:
+            raise ValueError(f"ids must have shape (1, T), got {ids.shape}")
+        t = ids.shape[1]
+        start = 0
+        if cache is not None:
+            cache.check_room(t)
+            start = cache.length
+        self._ensure_rope(start + t)
+        cos = self._cos.narrow(0, start, t)  # (T, hd)
+        sin = self._sin.narrow(0, start, t)  # (T, hd)
+        h = self.model.embed_tokens(ids)  # (1, T, D)
+        for i in range(len(self.model.layers)):
+            h = self.model.layers[i](h, cos, sin, cache, i)
+        h = self.model.norm(h)
+        if cache is not None:
+            cache.advance(t)
+        head = self.model.embed_tokens.weight.value if self.lm_head is None else self.lm_head.weight.value
+        return nn.linear(h, head)  # (1, T, V)
+
+    # -- weights -----------------------------------------------------------------------------
+    def load_weights(self, weights: dict[str, np.ndarray], source: str = "") -> None:
+        """Set every parameter from checkpoint arrays keyed by HF name (float32 numpy, may be mmaps)."""
+        from .. import from_numpy
+        from .errors import ModelLoadError
+
+        for name, param in self.named_parameters():
+            arr = weights.get(name)
+            if arr is None:
+                raise ModelLoadError(f"checkpoint {source} lacks weight {name}")
+            expected = self._expected_shape(name)
+            if tuple(arr.shape) != expected:
+                raise ModelLoadError(f"checkpoint {source}: weight {name} has shape {tuple(arr.shape)}, expected {expected}")
+            param.update(_cast(from_numpy(np.ascontiguousarray(arr, dtype=np.float32), backend=self.backend), self.dtype))
+
+    def _expected_shape(self, name: str) -> tuple[int, ...]:
+        c = self.config
+        d, hd = c.hidden_size, c.head_dim
+        leaf = name.split(".")[-2] + "." + name.split(".")[-1]
+        table = {
+            "embed_tokens.weight": (c.vocab_size, d), "lm_head.weight": (c.vocab_size, d),
+            "q_proj.weight": (c.num_attention_heads * hd, d), "q_proj.bias": (c.num_attention_heads * hd,),
+            "k_proj.weight": (c.num_key_value_heads * hd, d), "k_proj.bias": (c.num_key_value_heads * hd,),
+            "v_proj.weight": (c.num_key_value_heads * hd, d), "v_proj.bias": (c.num_key_value_heads * hd,),
+            "o_proj.weight": (d, c.num_attention_heads * hd),
+            "gate_proj.weight": (c.intermediate_size, d), "up_proj.weight": (c.intermediate_size, d),
+            "down_proj.weight": (d, c.intermediate_size),
+        }
+        return table.get(leaf, (d,))  # the norms
+
+
+def _cast(t: Tensor, dtype: str) -> Tensor:
+    return t if t.dtype == dtype else t.to(dtype)

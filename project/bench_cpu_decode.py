@@ -1,0 +1,186 @@
+"""CPU greedy autoregressive decoding speed: MiniTorch (FastBackend) vs transformers fp32, same GGUF
+weights, same chat-templated GSM8K prompt, same number of new tokens.
+
+    python project/bench_cpu_decode.py                      # both default models, 100 new tokens
+    python project/bench_cpu_decode.py --model draft --tokens 32 --threads 1 --profile
+
+Each measurement runs in its own subprocess so only one model is in memory at a time (the 1.5B
+target is about 6 GB in float32). Numbers printed (fixed format, one line per run):
+    ours/transformers  model  prefill_s  decode_tok/s  weight_GB/s
+weight_GB/s = bytes of weights read per decoded token (every linear + the vocabulary projection;
+the embedding is a row gather) x tokens/s: decode is memory-bandwidth bound, so this says how close
+each implementation is to the machine's copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+MODELS = {"draft": "qwen2.5-coder-0.5b-instruct", "target": "qwen2.5-coder-1.5b-instruct"}
+BASELINE = {"draft": 8.48, "target": 2.84}  # DESIGN.md, transformers fp32 on this machine
+
+
+def gsm8k_prompt(data_file: Path, index: int) -> str:
+    with open(data_file) as f:
+        for i, line in enumerate(f):
+            if i == index:
+                return json.loads(line)["question"]
+    raise SystemExit(f"error: {data_file} has no line {index}")
+
+
+def weight_bytes(cfg: Any) -> int:
+    """float32 bytes read per decoded token: all linear weights + vocabulary projection."""
+    d, hd, h, kv, f = cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size
+    per_layer = d * h * hd * 2 + d * kv * hd * 2 + 3 * d * f
+    return 4 * (cfg.num_hidden_layers * per_layer + cfg.vocab_size * d)
+
+
+def run_ours(name: str, question: str, n_new: int, profile: bool) -> dict[str, Any]:
+    import minitorch
+    from minitorch.models import load_model
+
+    t0 = time.perf_counter()
+    model, tok = load_model(name, progress=False)
+    load_s = time.perf_counter() - t0
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": question}]))
+    out: list[int] = []
+    with minitorch.no_grad():
+        warm = model.new_cache(8)
+        model([ids[0]], warm)  # first call compiles / loads numba kernels
+        cache = model.new_cache(len(ids) + n_new + 1)
+        t0 = time.perf_counter()
+        logits = model(ids, cache)
+        prefill_s = time.perf_counter() - t0
+        nxt = int(logits.to_numpy()[0, -1].argmax())
+        prof = None
+        if profile:
+            import cProfile
+
+            prof = cProfile.Profile()
+            prof.enable()
+        t0 = time.perf_counter()
+        for _ in range(n_new):
+            out.append(nxt)
+            logits = model([nxt], cache)
+            nxt = int(logits.to_numpy()[0, -1].argmax())
+        decode_s = time.perf_counter() - t0
+        if prof is not None:
+            import pstats
+
+            prof.disable()
+            pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(12)
+    return {"impl": "ours", "load_s": load_s, "prompt_len": len(ids), "prefill_s": prefill_s, "decode_s": decode_s,
+            "tokens": out, "weight_bytes": weight_bytes(model.config)}
+
+
+def run_transformers(name: str, question: str, n_new: int) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    from minitorch.models import load_tokenizer
+    from minitorch.models.registry import resolve
+
+    path = resolve(name, progress=False)
+    tok = load_tokenizer(path, progress=False)
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": question}]))
+    t0 = time.perf_counter()
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                              dtype=torch.float32).eval()
+    load_s = time.perf_counter() - t0
+    x = torch.tensor([ids])
+    out: list[int] = []
+    with torch.no_grad():
+        model(x[:, :1])  # warm-up
+        t0 = time.perf_counter()
+        res = model(x, use_cache=True)
+        prefill_s = time.perf_counter() - t0
+        past = res.past_key_values
+        nxt = int(res.logits[0, -1].argmax())
+        t0 = time.perf_counter()
+        for _ in range(n_new):
+            out.append(nxt)
+            res = model(torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
+            past = res.past_key_values
+            nxt = int(res.logits[0, -1].argmax())
+        decode_s = time.perf_counter() - t0
+    from minitorch.models import Qwen2Config
+
+    cfg = Qwen2Config.from_dict(model.config.to_dict())
+    return {"impl": "transformers", "load_s": load_s, "prompt_len": len(ids), "prefill_s": prefill_s,
+            "decode_s": decode_s, "tokens": out, "weight_bytes": weight_bytes(cfg)}
+
+
+def worker(args: argparse.Namespace) -> int:
+    question = gsm8k_prompt(Path(args.data_file), args.prompt_index)
+    name = MODELS[args.model]
+    if args.impl == "ours":
+        res = run_ours(name, question, args.tokens, args.profile)
+    else:
+        res = run_transformers(name, question, args.tokens)
+    print("RESULT " + json.dumps(res), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Greedy CPU decode speed: MiniTorch vs transformers (fp32).")
+    p.add_argument("--model", choices=["draft", "target", "both"], default="both", help="which default model(s)")
+    p.add_argument("--tokens", type=int, default=100, help="new tokens to decode (default 100)")
+    p.add_argument("--prompt-index", type=int, default=0, help="GSM8K test line used as the prompt")
+    p.add_argument("--data-file", default=str(DEFAULT_DATA), help="GSM8K test.jsonl")
+    p.add_argument("--threads", type=int, default=0, help="BLAS/numba/torch threads for both sides (0: library default)")
+    p.add_argument("--skip-transformers", action="store_true", help="only measure MiniTorch")
+    p.add_argument("--profile", action="store_true", help="cProfile our decode loop (top functions to stderr)")
+    p.add_argument("--impl", choices=["ours", "transformers"], help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.tokens <= 0:
+        print("error: --tokens must be positive", file=sys.stderr)
+        return 2
+    if not Path(args.data_file).is_file():
+        print(f"error: data file {args.data_file} not found", file=sys.stderr)
+        return 2
+    if args.impl:
+        return worker(args)
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    if args.threads:
+        for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+            env[k] = str(args.threads)
+    models = ["draft", "target"] if args.model == "both" else [args.model]
+    impls = ["ours"] + ([] if args.skip_transformers else ["transformers"])
+    print(f"{'impl':<13} {'model':<7} {'load_s':>7} {'prompt':>6} {'prefill_s':>9} {'decode_tok/s':>12} {'weight_GB/s':>11}")
+    for m in models:
+        results = {}
+        for impl in impls:
+            cmd = [sys.executable, __file__, "--impl", impl, "--model", m, "--tokens", str(args.tokens),
+                   "--prompt-index", str(args.prompt_index), "--data-file", args.data_file] + (["--profile"] if args.profile else [])
+            proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+            if proc.returncode != 0 or line is None:
+                print(f"error: {impl} {m} run failed (exit {proc.returncode})", file=sys.stderr)
+                return 2
+            r = json.loads(line[len("RESULT "):])
+            results[impl] = r
+            tps = args.tokens / r["decode_s"]
+            print(f"{impl:<13} {m:<7} {r['load_s']:7.1f} {r['prompt_len']:6d} {r['prefill_s']:9.2f} {tps:12.2f} "
+                  f"{r['weight_bytes'] * tps / 1e9:11.1f}", flush=True)
+        if "transformers" in results:
+            a, b = results["ours"]["tokens"], results["transformers"]["tokens"]
+            same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+            ratio = (args.tokens / results["ours"]["decode_s"]) / (args.tokens / results["transformers"]["decode_s"])
+            print(f"{m}: speed ours/transformers {ratio:.2f}x; greedy tokens identical for the first {same} of {len(a)}")
+        print(f"{m}: DESIGN.md transformers baseline {BASELINE[m]} tok/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

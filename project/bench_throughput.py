@@ -1,0 +1,318 @@
+"""GPU throughput bench: greedy decode tokens/s at batch 1 on the CUDA fast path (CudaDecoder:
+our kernels + cuBLAS, CUDA-graph steps), for random weights of a named real shape or a model folder.
+
+Prints, per shape: prefill time, decode tokens/s, achieved GB/s and the share of the measured
+copy-bandwidth bound; the time of a verify step over gamma+1 tokens (gamma = 1..8) relative to a
+one-token decode step; optionally transformers eager / static-cache + torch.compile on the same
+shapes, and speculative decoding with forced acceptance patterns (every draft accepted / none).
+
+  python project/bench_throughput.py                                  # 1.5B and 7B shapes
+  python project/bench_throughput.py --shape r1-distill-qwen-7b --baselines all --spec
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Dict, List
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SHAPES: Dict[str, Dict[str, Any]] = {
+    "r1-distill-qwen-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                                 num_attention_heads=12, num_key_value_heads=2, rope_theta=10000.0,
+                                 rms_norm_eps=1e-6, tie_word_embeddings=False, max_position_embeddings=131072),
+    "r1-distill-qwen-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                               num_attention_heads=28, num_key_value_heads=4, rope_theta=10000.0,
+                               rms_norm_eps=1e-6, tie_word_embeddings=False, max_position_embeddings=131072),
+}
+
+
+def cfg_of(name: str) -> SimpleNamespace:
+    if name not in SHAPES:
+        raise SystemExit(f"bench_throughput: unknown shape {name!r}; choose from {', '.join(SHAPES)}")
+    return SimpleNamespace(**SHAPES[name])
+
+
+def copy_bandwidth(cp: Any, nbytes: int = 4 << 30) -> float:
+    """Measured device-to-device copy bandwidth in bytes/s (bytes read + bytes written)."""
+    a = cp.ones(nbytes // 4, cp.float32)
+    b = cp.empty_like(a)
+    for _ in range(3):
+        b[...] = a
+    s, e = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    for _ in range(10):
+        s.record()
+        b[...] = a
+        e.record()
+        e.synchronize()
+        times.append(cp.cuda.get_elapsed_time(s, e) / 1e3)
+    del a, b
+    return 2 * nbytes / statistics.median(times)
+
+
+def bytes_per_token(cfg: Any, ctx: float) -> float:
+    """Bytes a decode step must read: every weight once (one embedding row), plus the KV cache."""
+    H, I, V, L = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+    D = H // cfg.num_attention_heads
+    Hq, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    per_layer = (Hq + 2 * Hkv) * D * (H + 1) + H * Hq * D + 3 * H * I + 2 * H
+    weights = L * per_layer + H + V * H + H  # layers, final norm, lm_head, one embedding row
+    kv = L * 2 * Hkv * D * ctx
+    return 2.0 * (weights + kv)
+
+
+def time_graph(cp: Any, dec: Any, T: int, reps: int = 30) -> float:
+    """Median seconds of one replay of the T-token step graph (no advance: same position each time)."""
+    dec.replay(T, all_logits=True, advance=False)
+    dec.stream.synchronize()
+    s, e = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    for _ in range(5):
+        s.record(dec.stream)
+        for _ in range(reps):
+            dec.replay(T, all_logits=True, advance=False)
+        e.record(dec.stream)
+        e.synchronize()
+        times.append(cp.cuda.get_elapsed_time(s, e) / 1e3 / reps)
+    return statistics.median(times)
+
+
+def profile_step(cp: Any, dec: Any, T: int) -> Dict[str, float]:
+    """GPU microseconds per kernel kind in one eager step over T tokens (events around every launch,
+    with the GPU kept busy by large copies queued first so host launch time is not counted)."""
+    evs: List[Any] = []
+    lib, blas = dec.k, dec.blas
+    big = cp.empty(1 << 29, cp.float32)
+    big2 = cp.empty_like(big)
+
+    def launch(name: str, grid: Any, block: Any, args: Any, shared_mem: int = 0) -> None:
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        lib.launch(name, grid, block, args, shared_mem)
+        e.record()
+        label = f"{name} N={int(args[5])} K={int(args[6])}" if name.startswith("gemv") else name
+        evs.append((label, s, e))
+
+    def linear(x: int, w: int, y: int, M: int, N: int, K: int, *rest: Any) -> None:
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        type(blas).linear(blas, x, w, y, M, N, K, *rest)
+        e.record()
+        evs.append((f"cublas N={N} K={K}", s, e))
+
+    with dec.stream:
+        for _ in range(12):  # ~12 ms of queued copies: launches below are enqueued before the GPU reaches them
+            big2[...] = big
+        dec.k = SimpleNamespace(launch=launch)
+        blas.linear = linear
+        try:
+            dec._step(T, True, False)
+        finally:
+            dec.k = lib
+            del blas.linear
+    dec.stream.synchronize()
+    totals: Dict[str, float] = {}
+    for label, s, e in evs:
+        totals[label] = totals.get(label, 0.0) + cp.cuda.get_elapsed_time(s, e) * 1e3
+    del big, big2
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict[str, Any]:
+    import cupy as cp
+    import numpy as np
+
+    from minitorch.cuda_decode import CudaDecoder, random_weights
+
+    max_len = args.prompt + args.new + 16
+    t0 = time.perf_counter()
+    w = random_weights(cfg, seed=0)
+    dec = CudaDecoder(cfg, w, max_len=max_len, max_tokens=max(args.prompt, 9), gemv=args.gemv)
+    del w
+    cp.get_default_memory_pool().free_all_blocks()
+    setup = time.perf_counter() - t0
+    prompt = [int(x) for x in np.random.default_rng(0).integers(0, cfg.vocab_size, args.prompt)]
+    dec.prefill(prompt)
+    dec.decode(4)  # captures the decode graph
+    res: Dict[str, Any] = dict(shape=name, setup_s=setup)
+    for sync_every, key in ((1, "sync_each"), (args.new, "sync_end")):
+        t0 = time.perf_counter()
+        dec.prefill(prompt)
+        t1 = time.perf_counter()
+        toks = dec.decode(args.new - 1, sync_every=sync_every)
+        t2 = time.perf_counter()
+        res["prefill_s"] = t1 - t0
+        res[f"tok_s_{key}"] = (args.new - 1) / (t2 - t1)
+        res["tokens_head"] = toks[:8]
+    bpt = bytes_per_token(cfg, args.prompt + args.new / 2)
+    tps = res["tok_s_sync_each"]
+    res.update(bytes_per_token=bpt, gb_s=bpt * tps / 1e9, bound_tok_s=bw / bpt, share_of_bound=bpt * tps / bw)
+    dec.set_position(args.prompt + args.new // 2)
+    base = time_graph(cp, dec, 1)
+    res["step_ms"] = base * 1e3
+    res["verify_ratio"] = {g: time_graph(cp, dec, g + 1) / base for g in range(1, 9)}
+    if args.profile:
+        for T in (1, 5):
+            prof = profile_step(cp, dec, T)
+            res[f"profile_T{T}_us"] = prof
+            print(f"[{name}] profile of one eager step, T={T} (GPU us, summed per kernel; total "
+                  f"{sum(prof.values()):.0f} us):")
+            for label, us in prof.items():
+                print(f"    {us:9.1f}  {label}")
+    print(f"[{name}] setup {setup:.1f} s, prefill {args.prompt} tokens {res['prefill_s'] * 1e3:.1f} ms")
+    print(f"[{name}] ours: {res['tok_s_sync_each']:.1f} tokens/sec (token read back every step), "
+          f"{res['tok_s_sync_end']:.1f} tokens/sec (read back at the end)")
+    print(f"[{name}] Bandwidth achieved: {res['gb_s']:.0f} GB/s = {100 * res['share_of_bound']:.0f}% of the "
+          f"{bw / 1e9:.0f} GB/s copy bound ({res['bound_tok_s']:.0f} tokens/sec bound, {bpt / 1e9:.2f} GB/token)")
+    print(f"[{name}] decode step (graph) {base * 1e3:.3f} ms; verify step / decode step: " +
+          ", ".join(f"g={g}: {r:.2f}x" for g, r in res["verify_ratio"].items()))
+    res["decoder"] = dec
+    return res
+
+
+def bench_spec(target: Any, draft: Any, args: argparse.Namespace) -> List[Dict[str, Any]]:
+    """Tokens/s for forced acceptance patterns: every draft accepted (gamma+1 tokens a cycle) and
+    none accepted (1 token a cycle); each cycle runs the real draft steps and the real verify step."""
+    out = []
+    p0 = args.prompt
+    for gamma in args.gammas:
+        for pattern in ("all", "none"):
+            target.set_position(p0)
+            draft.set_position(p0)
+            tok, pos, produced, cycles = 1, p0, 0, 0
+            t0 = time.perf_counter()
+            while pos + gamma + 2 < target.max_len and cycles < 40:
+                draft.run([tok], all_logits=False, advance=True, graph=True)
+                for _ in range(gamma - 1):
+                    draft.replay(1, all_logits=False, advance=True)
+                draft.stream.synchronize()
+                d = [int(x) for x in draft.history[pos + 1:pos + 1 + gamma].get()]
+                ids = target.run([tok] + d, all_logits=True, advance=False, graph=True)
+                target.stream.synchronize()
+                a = [int(x) for x in ids.get()]
+                n = gamma if pattern == "all" else 0
+                if n == gamma:
+                    draft.set_position(pos + gamma)
+                    draft.run([d[-1]], all_logits=False, advance=True, graph=True)
+                else:
+                    draft.set_position(pos + 1)
+                target.set_position(pos + n + 1)
+                tok = a[n] % min(target.V, draft.V)
+                pos += n + 1
+                produced += n + 1
+                cycles += 1
+            draft.stream.synchronize()
+            dt = time.perf_counter() - t0
+            out.append(dict(gamma=gamma, pattern=pattern, tok_s=produced / dt, cycle_ms=dt / cycles * 1e3))
+            print(f"[spec 7B<-1.5B] gamma={gamma} accepted={pattern:4s}: {produced / dt:.1f} tokens/sec "
+                  f"({dt / cycles * 1e3:.2f} ms a cycle)")
+    return out
+
+
+def bench_hf(cfg: Any, args: argparse.Namespace, compiled: bool) -> float:
+    """transformers Qwen2 (random bf16 weights) greedy tokens/s, eager or static cache + torch.compile."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    hc = Qwen2Config(**vars(cfg))
+    with torch.device("cuda"):
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(hc).to(torch.bfloat16).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, args.prompt), device="cuda")
+    kw = dict(max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False)
+    if compiled:
+        model.generation_config.cache_implementation = "static"
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    for _ in range(2 if compiled else 1):
+        model.generate(ids, **dict(kw, max_new_tokens=16 if not compiled else args.new, min_new_tokens=16 if not compiled else args.new))
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = model.generate(ids, **kw)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    n = out.shape[1] - args.prompt
+    del model
+    torch.cuda.empty_cache()
+    return n / dt
+
+
+def main(argv: List[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", action="append", choices=sorted(SHAPES), help="named real shape (repeatable); default both")
+    ap.add_argument("--prompt", type=int, default=128, help="prompt tokens (default 128)")
+    ap.add_argument("--new", type=int, default=256, help="new tokens to generate (default 256)")
+    ap.add_argument("--baselines", choices=["none", "eager", "all"], default="none",
+                    help="also time transformers eager ('eager') and static cache + torch.compile ('all')")
+    ap.add_argument("--spec", action="store_true", help="speculative decoding 7B target <- 1.5B draft, forced patterns")
+    ap.add_argument("--gammas", type=int, nargs="+", default=[4], help="draft lengths for --spec (default 4)")
+    ap.add_argument("--gemv", choices=["ours", "cublas"], default="ours",
+                    help="products of decode/verify steps: our bf16 GEMV kernel (default) or cuBLAS")
+    ap.add_argument("--profile", action="store_true", help="print GPU time per kernel of one step (T=1 and T=5)")
+    ap.add_argument("--json", type=Path, help="write all numbers to this JSON file")
+    args = ap.parse_args(argv)
+    if args.prompt < 1 or args.new < 2:
+        print("bench_throughput: --prompt must be >= 1 and --new >= 2", file=sys.stderr)
+        return 2
+    from minitorch.cuda_runtime import cuda_available, get_cupy, unavailable_reason
+
+    if not cuda_available():
+        print(f"bench_throughput: {unavailable_reason()}", file=sys.stderr)
+        return 2
+    cp = get_cupy()
+    dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    bw = copy_bandwidth(cp)
+    print(f"device {dev}; measured copy bandwidth {bw / 1e9:.0f} GB/s; prompt {args.prompt}, new {args.new}, "
+          f"greedy, bf16, gemv={args.gemv}")
+    shapes = args.shape or ["r1-distill-qwen-1.5b", "r1-distill-qwen-7b"]
+    if args.spec:
+        shapes = sorted(set(shapes) | set(SHAPES))
+    results: Dict[str, Any] = dict(device=dev, copy_bw=bw, shapes={})
+    decs = {}
+    for name in shapes:
+        r = bench_ours(name, cfg_of(name), args, bw)
+        decs[name] = r.pop("decoder")
+        results["shapes"][name] = r
+        if not args.spec:
+            del decs[name]
+            cp.get_default_memory_pool().free_all_blocks()
+    if args.spec:
+        results["spec"] = bench_spec(decs["r1-distill-qwen-7b"], decs["r1-distill-qwen-1.5b"], args)
+        c = results["shapes"]["r1-distill-qwen-1.5b"]["step_ms"] / results["shapes"]["r1-distill-qwen-7b"]["step_ms"]
+        results["cost_ratio_c"] = c
+        print(f"[spec] measured cost ratio c = draft step / target step = {c:.3f}")
+        decs.clear()
+        cp.get_default_memory_pool().free_all_blocks()
+    if args.baselines != "none":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            print("transformers baselines skipped: torch is not importable")
+        else:
+            for name in shapes:
+                for compiled in ([False, True] if args.baselines == "all" else [False]):
+                    label = "static+compile" if compiled else "eager"
+                    try:
+                        tps = bench_hf(cfg_of(name), args, compiled)
+                    except Exception as e:  # a baseline failing must not hide our numbers
+                        print(f"[{name}] transformers {label}: failed ({type(e).__name__}: {str(e)[:200]})")
+                        continue
+                    results["shapes"][name][f"hf_{label}"] = tps
+                    print(f"[{name}] transformers {label}: {tps:.1f} tokens/sec")
+    print("\nshape                  ours tok/s  GB/s  %bound  verify(g=4)  hf eager  hf compile")
+    for name, r in results["shapes"].items():
+        print(f"{name:22s} {r['tok_s_sync_each']:10.1f} {r['gb_s']:5.0f} {100 * r['share_of_bound']:6.0f}% "
+              f"{r['verify_ratio'][4]:10.2f}x {r.get('hf_eager', float('nan')):9.1f} "
+              f"{r.get('hf_static+compile', float('nan')):10.1f}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""GSM8K benchmark: accuracy, acceptance and speed of speculative vs plain decoding, side by side.
+
+    python project/benchmark_gsm8k.py --limit 20                 # offline pair, greedy, spec and target
+    python project/benchmark_gsm8k.py --limit 20 --resume        # continue after Ctrl-C / kill
+    python project/benchmark_gsm8k.py --shard 1/4 --limit 200    # one of 4 processes; then 'merge'
+    python project/benchmark_gsm8k.py merge -o results/gsm8k/all.jsonl results/gsm8k/test.shard-*.jsonl
+    python project/benchmark_gsm8k.py summary results/gsm8k/test.jsonl
+
+Data: ../shared/data/gsm8k/test.jsonl (1,319 problems), or --data-file, or --hub (openai/gsm8k).
+Writes results/gsm8k/<dataset>.jsonl (one line per problem and mode), <...>.summary.json and
+<...>_plots/*.png. Shared code: evaluation*.py; grading: grading.py.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # project/ modules
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # minitorch from the checkout
+
+from evaluation_cli import BenchSpec, main  # noqa: E402
+
+GSM8K = BenchSpec(
+    name="gsm8k",
+    datasets=("gsm8k",),
+    default_dataset="gsm8k",
+    default_max_new_tokens=1024,
+    description="GSM8K (test, 1,319 grade-school math problems): accuracy, acceptance and tokens/s of "
+                "speculative decoding and the target alone.",
+)
+
+if __name__ == "__main__":
+    sys.exit(main(GSM8K))

@@ -1,0 +1,171 @@
+"""Flags and loading shared by the command-line programs (run_spec_decoding.py and the benchmarks).
+
+    add_model_args(parser) / add_sampling_args(parser) / add_spec_args(parser)   the common flags
+    sampling_from_args(args), check_spec_args(args)                              validated settings
+    load_models(args) -> Models                                                  target, draft, tokenizer
+    encode_prompt(tok, text, chat)                                               prompt ids
+    run_cli(main)                                                                user errors -> one line, exit 2
+
+A user error (bad flag value, unknown model, missing file, incompatible pair, prompt too long) is a
+ValueError somewhere below; `run_cli` prints it as one line on stderr and exits with status 2. Set
+MINITORCH_DEBUG=1 to see the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from minitorch.generation import ModelDrafter, NGramDrafter, SamplingConfig
+
+DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
+DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+class UserError(ValueError):
+    """A mistake the user can fix; shown as one line."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag ends in one line (not the usage block) and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """--target, --draft, --drafter, --backend, --dtype."""
+    g = p.add_argument_group("models")
+    g.add_argument("--target", default=DEFAULT_TARGET,
+                   help=f"target model: registry name, HF model folder or GGUF file (default {DEFAULT_TARGET})")
+    g.add_argument("--draft", default=DEFAULT_DRAFT,
+                   help=f"draft model for --drafter model: registry name, folder or GGUF file (default {DEFAULT_DRAFT})")
+    g.add_argument("--drafter", choices=("model", "ngram"), default="model",
+                   help="who proposes tokens: the draft model, or prompt lookup (n-gram match, no second model)")
+    g.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
+                   help="where the models run: cpu (numba) or cuda (our kernels; needs a GPU and CuPy)")
+    g.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="weight/activation dtype (bfloat16 on cuda only; default float32)")
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """--temperature, --top-k, --top-p, --seed, --max-new-tokens."""
+    g = p.add_argument_group("sampling")
+    g.add_argument("--max-new-tokens", type=int, default=128, help="new tokens to generate at most (default 128)")
+    g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy (default 0)")
+    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off (default 0)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]; 1 = off (default 1)")
+    g.add_argument("--seed", type=int, default=0, help="random seed of the sampler (default 0)")
+
+
+def add_spec_args(p: argparse.ArgumentParser) -> None:
+    """--gamma, --adaptive-gamma."""
+    g = p.add_argument_group("speculative decoding")
+    g.add_argument("--gamma", type=int, default=4, help="draft tokens per verification (default 4)")
+    g.add_argument("--adaptive-gamma", action="store_true",
+                   help="raise gamma after a fully accepted draft, lower it after an early rejection")
+
+
+def sampling_from_args(args: argparse.Namespace) -> SamplingConfig:
+    """The validated SamplingConfig of the flags (a ValueError names the bad value)."""
+    return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+
+
+def check_spec_args(args: argparse.Namespace) -> None:
+    """Refuse bad --gamma / --max-new-tokens before anything is loaded."""
+    if args.gamma < 1:
+        raise UserError(f"--gamma must be >= 1, got {args.gamma}")
+    if args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.backend != "cuda" and args.dtype == "bfloat16":
+        raise UserError("--dtype bfloat16 needs --backend cuda")
+
+
+def get_backend(name: str) -> Any:
+    """The TensorBackend for --backend (cuda is imported only when asked for)."""
+    if name == "cpu":
+        from minitorch import FastBackend
+
+        return FastBackend
+    try:
+        from minitorch.cuda_ops import make_cuda_backend
+
+        return make_cuda_backend()
+    except ImportError as e:
+        raise UserError(f"the cuda backend is not available here ({e}); use --backend cpu") from None
+
+
+@dataclass
+class Models:
+    """What a program needs to generate: models, tokenizer, and the shared vocabulary."""
+
+    target: Any
+    draft: Any  # None for the n-gram drafter
+    tokenizer: Any
+    vocab_size: int
+    stop_ids: set[int]
+    load_seconds: float
+
+    def make_drafter(self, kind: str) -> Any:
+        """A fresh drafter of the given kind ("model" or "ngram")."""
+        if kind == "ngram":
+            return NGramDrafter()
+        if self.draft is None:
+            raise UserError("no draft model is loaded (started with --drafter ngram)")
+        return ModelDrafter(self.draft, self.vocab_size)
+
+
+def load_models(args: argparse.Namespace, need_draft: bool | None = None, progress: bool = True) -> Models:
+    """Load the target (and the draft unless --drafter ngram), check the pair is compatible."""
+    from minitorch.models import check_compatible, load_model
+
+    backend = get_backend(args.backend)
+    t0 = time.perf_counter()
+    target, tok = load_model(args.target, backend=backend, dtype=args.dtype, progress=progress)
+    draft = None
+    vocab = min(int(target.config.vocab_size), int(tok.vocab_size))
+    if need_draft if need_draft is not None else args.drafter == "model":
+        draft, draft_tok = load_model(args.draft, backend=backend, dtype=args.dtype, progress=progress)
+        check_compatible(draft_tok, tok)
+        vocab = min(vocab, int(draft.config.vocab_size), int(draft_tok.vocab_size))
+    return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab,
+                  stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0)
+
+
+def encode_prompt(tok: Any, text: str, chat: bool, system: str | None = None) -> list[int]:
+    """Token ids of the prompt, through the model's chat template when chat is on."""
+    if not text.strip():
+        raise UserError("the prompt is empty")
+    if chat:
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": text}]
+        text = tok.apply_chat_template(messages, add_generation_prompt=True)
+    return list(tok.encode(text))
+
+
+def fail(msg: str) -> None:
+    """Print one line to stderr and exit with the user-error status."""
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(EXIT_USER_ERROR)
+
+
+def run_cli(main: Callable[[], int | None]) -> None:
+    """Run main(); ValueError/OSError -> one line + exit 2, Ctrl-C -> one line + exit 130."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    except (ValueError, OSError) as e:
+        if os.environ.get("MINITORCH_DEBUG"):
+            raise
+        msg = " ".join(str(e).split()) or type(e).__name__
+        fail(msg)
+    sys.exit(code or 0)

@@ -1,0 +1,169 @@
+"""Benchmark summary arithmetic, and the benchmark run loop on the real generation engine
+(minitorch.generation) with tiny numpy models (tests/test_generation_fakes.py)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from evaluation import read_results, round_log_stats, thirds_counts
+from evaluation_data import Problem
+from evaluation_summary import _pool_positions, bootstrap_speedup, format_table, summarize
+
+
+# ----------------------------------------------------------------------------- summary arithmetic
+
+def test_bootstrap_speedup_point_and_interval():
+    ones = np.ones(4)
+    point, lo, hi = bootstrap_speedup(10 * ones, ones, 10 * ones, 2 * ones)
+    assert (point, lo, hi) == (2.0, 2.0, 2.0)  # every problem exactly 2x: no spread
+    tok = np.array([100.0, 100.0, 100.0, 100.0])
+    point, lo, hi = bootstrap_speedup(tok, np.array([1.0, 1.0, 2.0, 4.0]), tok, np.array([2.0, 2.0, 2.0, 2.0]))
+    assert point == pytest.approx(1.0) and lo < point < hi  # 400 tokens in 8 s both ways; spread
+    assert 0.5 <= lo and hi <= 2.0  # bounded by the per-problem extremes
+
+
+def test_positions_pooled_by_judged_counts():
+    recs = [{"per_position_acceptance": [1.0, 0.0], "stats": {"per_position_judged": [10, 1]}},
+            {"per_position_acceptance": [0.0, 1.0, 0.5], "stats": {"per_position_judged": [30, 3, 2]}}]
+    assert _pool_positions(recs) == pytest.approx([10 / 40, 3 / 4, 0.5])
+
+
+def test_round_log_and_thirds():
+    # gamma 4, limit 12: rounds emit 5, 1, 3, then the last round may draft only 12 - 9 - 1 = 2
+    log = round_log_stats([5, 1, 3, 3], gamma=4, max_new_tokens=12, adaptive=False)
+    assert log["round_drafted"] == [4, 4, 4, 2] and log["round_accepted"] == [4, 0, 2, 2]
+    assert "round_drafted" not in round_log_stats([5, 1], 4, 12, adaptive=True)
+    # positions 0, 5, 6, 9 of 12: thirds are [0, 4), [4, 8), [8, 12)
+    assert thirds_counts(log) == [[4, 4], [2, 8], [2, 2]]
+    assert thirds_counts({"drafted": 3}) is None
+
+
+def _rec(i, mode, tokens, secs, correct=True, text="t", alpha=None):
+    return {"id": f"p{i}", "index": i, "mode": mode, "generated_tokens": tokens, "time_s": secs,
+            "tokens_per_s": tokens / secs, "correct": correct, "truncated": False, "extraction": "boxed",
+            "text": text, "alpha": alpha, "tau": None, "stats": {}, "config": {"dataset": "d"}}
+
+
+def test_summary_accuracy_speed_and_table():
+    recs = [_rec(0, "spec", 100, 1.0, alpha=0.5), _rec(0, "target", 100, 2.0),
+            _rec(1, "spec", 50, 1.0, correct=False, alpha=0.5), _rec(1, "target", 50, 1.0, text="other")]
+    s = summarize(recs, n_boot=200)
+    assert s["n_problems"] == 2 and list(s["modes"]) == ["spec", "target"]
+    assert s["modes"]["spec"]["accuracy"] == 0.5 and s["modes"]["target"]["accuracy"] == 1.0
+    assert s["modes"]["spec"]["median_tokens_per_s"] == 75.0
+    assert s["modes"]["target"]["aggregate_tokens_per_s"] == 50.0
+    comp = s["comparisons"][0]
+    assert comp["speedup"] == pytest.approx(75 / 50) and comp["per_problem"] == [2.0, 1.0]
+    assert comp["identical_outputs"] == 1 and comp["same_grade"] == 1
+    table = format_table(s)
+    assert "speedup spec / target: 1.50x" in table and table.splitlines()[2].startswith("spec")
+    json.dumps(s)  # JSON-serialisable
+
+
+# ----------------------------------------------------------------------------- the real engine
+
+class IdTokenizer:
+    """Token i <-> the i-th character of a small alphabet; a prompt's characters map into it."""
+
+    ALPHABET = "0123456789 +-=*/.abcdefghijklmnopqrstuvwxyz\\{}<>|"
+    stop_token_ids = {ALPHABET.index("|")}
+
+    def encode(self, text):
+        return [self.ALPHABET.index(c) if c in self.ALPHABET else 10 for c in text.lower()]
+
+    def decode(self, ids):
+        return "".join(self.ALPHABET[i] for i in ids)
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_run_loop_on_the_real_engine(tmp_path, temperature):
+    gen = pytest.importorskip("minitorch.generation")
+    from evaluation import run_benchmark
+    from evaluation_engine import engine_generators
+    from test_generation_fakes import FakeModel
+
+    tok = IdTokenizer()
+    vocab = len(tok.ALPHABET)
+    target = FakeModel(vocab, seed=1)
+    draft = FakeModel(vocab, seed=2, like=target, noise=0.3)
+    cfg = gen.SamplingConfig(temperature=temperature, seed=0)
+    modes = engine_generators(target, gen.ModelDrafter(draft), [], cfg, gamma=3, adaptive=False, vocab_size=vocab)
+    problems = [Problem(f"p{i}", i, f"what is {i} + {i}?", str(2 * i)) for i in range(3)]
+    out = tmp_path / "r.jsonl"
+    outcome = run_benchmark(problems, modes, tok, out, {"t": temperature}, 40, progress=False)
+    recs = read_results(out)
+    assert not outcome.interrupted and len(recs) == 6
+    for spec, plain in zip(recs[::2], recs[1::2]):
+        assert spec["mode"] == "spec" and plain["mode"] == "target"
+        assert spec["generated_tokens"] == plain["generated_tokens"] == 40 and spec["truncated"]
+        st = spec["stats"]
+        # with no stop token the per-round log derived from on_tokens is exact
+        assert sum(st["round_drafted"]) == st["drafted"] and sum(st["round_accepted"]) == st["accepted"]
+        assert sum(st["round_emitted"]) == 40 and 0.0 <= spec["alpha"] <= 1.0
+        if temperature == 0.0:
+            assert spec["text"] == plain["text"]  # greedy speculative output is the target's
+    s = summarize(recs, n_boot=100)
+    if temperature == 0.0:
+        assert s["comparisons"][0]["identical_outputs"] == 3
+    assert s["modes"]["spec"]["output_acceptance"] is not None
+    # the same seeds reproduce the same outputs on a second run
+    again = tmp_path / "again.jsonl"
+    run_benchmark(problems, modes, tok, again, {"t": temperature}, 40, progress=False)
+    assert [r["text"] for r in read_results(again)] == [r["text"] for r in recs]
+
+
+# ----------------------------------------------------------------------------- small random Qwen2 models
+
+@pytest.fixture(scope="module")
+def qwen2_pair(tmp_path_factory):
+    """Folders of a tiny random Qwen2 target and a close draft (same weights + noise), with a BPE tokenizer."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("minitorch.models")
+    from test_models_util import hf_qwen2, save_hf, tiny_bpe
+
+    root = tmp_path_factory.mktemp("bench_qwen2")
+    tok = tiny_bpe()
+    target = hf_qwen2(seed=0, max_position_embeddings=1024)
+    draft = hf_qwen2(seed=0, max_position_embeddings=1024)
+    draft.load_state_dict(target.state_dict())
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(0.01 * torch.randn(p.shape, generator=gen))
+    return save_hf(target, root / "target", tok), save_hf(draft, root / "draft", tok)
+
+
+def test_gsm8k_program_end_to_end_on_small_random_qwen2(tmp_path, qwen2_pair, capsys):
+    """The real load path (cli_common), spec + target + transformers baselines, on 3 GSM8K problems."""
+    from benchmark_gsm8k import GSM8K
+    from evaluation_cli import main
+    from evaluation_data import DEFAULT_DATA_DIR
+
+    if not (DEFAULT_DATA_DIR / "gsm8k/test.jsonl").is_file():
+        pytest.skip("shared data not present")
+    target, draft = qwen2_pair
+    out = tmp_path / "r.jsonl"
+    argv = ["--target", str(target), "--draft", str(draft), "--limit", "3", "--max-new-tokens", "12",
+            "--gamma", "3", "-o", str(out), "--no-progress", "--compare-hf"]
+    assert main(GSM8K, argv) == 0, capsys.readouterr().err
+    recs = read_results(out)
+    assert [(r["index"], r["mode"]) for r in recs] == [
+        (i, m) for i in range(3) for m in ("spec", "target", "hf_greedy", "hf_assisted")]
+    by = {(r["index"], r["mode"]): r for r in recs}
+    for i in range(3):
+        texts = {m: by[(i, m)]["text"] for m in ("spec", "target", "hf_greedy", "hf_assisted")}
+        assert len(set(texts.values())) == 1, texts  # greedy: all four decoders give the target's output
+        assert by[(i, "spec")]["prompt"].startswith("<|im_start|>system")
+        assert by[(i, "spec")]["prompt_tokens"] > 20 and by[(i, "spec")]["alpha"] is not None
+    s = json.loads((tmp_path / "r.summary.json").read_text())
+    assert [(c["fast"], c["base"]) for c in s["comparisons"]][:2] == [("spec", "target"), ("hf_assisted", "hf_greedy")]
+    assert s["comparisons"][0]["identical_outputs"] == 3
+    assert (tmp_path / "r_plots" / "acceptance.png").is_file()
+    # resume on the real path loads nothing new and redoes nothing
+    assert main(GSM8K, argv + ["--resume", "--no-plots"]) == 0
+    assert len(read_results(out)) == 12

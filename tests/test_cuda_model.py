@@ -1,0 +1,128 @@
+"""Qwen2 on the GPU: the unchanged model on the CUDA backend against the CPU backend (float32 and
+bf16), the graph-captured CudaDecoder against the CPU model, graph replay against eager steps, and
+greedy speculative decoding on the GPU against greedy autoregressive decoding. GPU only."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minitorch
+from minitorch import FastBackend
+from cuda_helpers import needs_gpu, round_bf16
+
+pytestmark = [pytest.mark.gpu, needs_gpu]
+
+CONFIGS = [
+    dict(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+         num_key_value_heads=2, tie_word_embeddings=True, rope_theta=10000.0),
+    dict(vocab_size=203, hidden_size=96, intermediate_size=80, num_hidden_layers=3, num_attention_heads=6,
+         num_key_value_heads=1, tie_word_embeddings=False, rope_theta=1e6),
+    dict(vocab_size=130, hidden_size=256, intermediate_size=352, num_hidden_layers=2, num_attention_heads=2,
+         num_key_value_heads=2, tie_word_embeddings=False, rope_theta=10000.0),  # head_dim 128
+]
+
+
+def build(cfg_kw, backend, dtype="float32", seed=0):
+    from minitorch.models import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(**cfg_kw)
+    m = Qwen2ForCausalLM(cfg, backend=backend, dtype=dtype)
+    r = np.random.default_rng(seed)
+    w = {}
+    for name, _ in m.named_parameters():
+        shape = m._expected_shape(name)
+        w[name] = (1 + 0.1 * r.standard_normal(shape) if "norm" in name else 0.15 * r.standard_normal(shape)).astype(np.float32)
+    m.load_weights(w)
+    return m, w
+
+
+def logits_steps(model, prompt, steps):
+    """Prompt logits then one decode step per token of `steps`, as float64 numpy (T, V) blocks."""
+    out = []
+    with minitorch.no_grad():
+        cache = model.new_cache(64)
+        out.append(np.asarray(model(prompt, cache).to("float32").to_numpy(), np.float64)[0])
+        for t in steps:
+            out.append(np.asarray(model([t], cache).to("float32").to_numpy(), np.float64)[0])
+        cache.truncate(len(prompt))  # rollback + a 3-token verify step
+        out.append(np.asarray(model(steps[:3], cache).to("float32").to_numpy(), np.float64)[0])
+    return out
+
+
+@pytest.mark.parametrize("cfg_kw", CONFIGS, ids=["tied-gqa2", "untied-gqa6", "hd128"])
+def test_model_logits_gpu_vs_cpu_float32(cfg_kw):
+    from minitorch.cuda_ops import make_cuda_backend
+
+    cpu, _ = build(cfg_kw, FastBackend)
+    gpu, _ = build(cfg_kw, make_cuda_backend())
+    prompt, steps = [1, 5, 9, 2, 7, 3, 11], [4, 8, 15, 16]
+    for a, b in zip(logits_steps(cpu, prompt, steps), logits_steps(gpu, prompt, steps)):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)
+
+
+def test_model_logits_gpu_bf16_vs_cpu():
+    from minitorch.cuda_ops import make_cuda_backend
+
+    cpu, _ = build(CONFIGS[0], FastBackend)
+    gpu, _ = build(CONFIGS[0], make_cuda_backend(), dtype="bfloat16")
+    prompt, steps = [1, 5, 9, 2, 7, 3, 11], [4, 8, 15, 16]
+    for a, b in zip(logits_steps(cpu, prompt, steps), logits_steps(gpu, prompt, steps)):
+        # bf16 weights and activations: error relative to the logit scale
+        assert np.abs(b - a).max() <= 0.05 * np.abs(a).max() + 0.05
+
+
+def decoder_of(cfg_kw, w, max_len=96, max_tokens=16):
+    from minitorch.cuda_decode import CudaDecoder
+    from minitorch.models import Qwen2Config
+
+    return CudaDecoder(Qwen2Config(**cfg_kw), w, max_len=max_len, max_tokens=max_tokens)
+
+
+@pytest.mark.parametrize("i", range(len(CONFIGS)))
+def test_cuda_decoder_matches_cpu_model(i):
+    cfg_kw = CONFIGS[i]
+    cpu, w = build(cfg_kw, FastBackend)
+    wb = {k: round_bf16(v) for k, v in w.items()}
+    cpu.load_weights(wb)
+    dec = decoder_of(cfg_kw, w)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    with minitorch.no_grad():
+        cache = cpu.new_cache(64)
+        ref = np.asarray(cpu(prompt, cache).to_numpy(), np.float64)[0]
+    dec.set_position(0)
+    dec.run(prompt, all_logits=True, advance=True)
+    dec.stream.synchronize()
+    got = dec.logits[:len(prompt)].get().astype(np.float64)
+    assert np.abs(got - ref).max() <= 0.05 * np.abs(ref).max() + 0.05
+    # the next decode step through the captured graph equals the eager step
+    nxt = int(dec.tokens[:1].get()[0])
+    assert nxt == int(np.argmax(got[-1]))
+    dec.replay(1, all_logits=False, advance=False)
+    dec.stream.synchronize()
+    g_logits = dec.logits[:1].get().copy()
+    dec.run([nxt], all_logits=False, advance=False, graph=False)
+    dec.stream.synchronize()
+    np.testing.assert_array_equal(dec.logits[:1].get(), g_logits)
+    with minitorch.no_grad():
+        ref2 = np.asarray(cpu([nxt], cache).to_numpy(), np.float64)[0, 0]
+    assert np.abs(g_logits[0] - ref2).max() <= 0.05 * np.abs(ref2).max() + 0.05
+
+
+@pytest.mark.parametrize("gamma", [1, 4, 7])
+def test_greedy_speculative_equals_greedy_on_gpu(gamma):
+    from minitorch.cuda_spec import greedy_generate, greedy_speculative
+
+    _, wt = build(CONFIGS[0], FastBackend, seed=1)
+    draft_kw = dict(CONFIGS[0], hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+                    num_hidden_layers=1)
+    _, wd = build(draft_kw, FastBackend, seed=2)
+    target = decoder_of(CONFIGS[0], wt)
+    prompt = [5, 17, 42, 8, 1, 30]
+    ar = greedy_generate(target, prompt, 40)
+    same = decoder_of(CONFIGS[0], wt)  # the target as its own draft: every token accepted
+    spec, st = greedy_speculative(target, same, prompt, 40, gamma=gamma)
+    assert spec == ar and st["alpha"] == 1.0
+    other = decoder_of(draft_kw, wd)  # an unrelated draft: mostly rejected
+    spec2, st2 = greedy_speculative(target, other, prompt, 40, gamma=gamma)
+    assert spec2 == ar
+    assert st2["alpha"] < 1.0

@@ -1,0 +1,92 @@
+"""Sampling: config validation, processors against transformers' logits warpers, the sampler itself."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minitorch.generation import SamplingConfig, logits_to_probs, sample
+from minitorch.generation.sampling import logits_rows, next_token
+
+
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_k": -1}, "top_k"),
+        ({"top_k": 2.5}, "top_k"),
+        ({"seed": -3}, "seed"),
+    ],
+)
+def test_invalid_sampling_values_refused(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        SamplingConfig(**kwargs)
+
+
+def test_greedy_is_argmax_one_hot():
+    row = np.array([0.1, 3.0, 3.0, -1.0], dtype=np.float32)
+    cfg = SamplingConfig()
+    assert cfg.greedy
+    np.testing.assert_array_equal(logits_to_probs(row, cfg), [0, 1, 0, 0])  # first max wins
+    assert next_token(row, cfg, cfg.make_rng()) == 1
+
+
+def _hf_probs(row: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """transformers' own warpers (temperature -> top-k -> top-p), as the oracle."""
+    torch = pytest.importorskip("torch")
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+
+    x = torch.tensor(row, dtype=torch.float64)[None]
+    x = TemperatureLogitsWarper(temperature)(None, x)
+    if top_k:
+        x = TopKLogitsWarper(top_k)(None, x)
+    if top_p < 1.0:
+        x = TopPLogitsWarper(top_p)(None, x)
+    return torch.softmax(x, dim=-1)[0].numpy()
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    vocab=st.integers(2, 40),
+    temperature=st.sampled_from([0.3, 0.7, 1.0, 1.6]),
+    top_k=st.integers(0, 12),
+    top_p=st.sampled_from([1.0, 0.95, 0.8, 0.5, 0.1]),
+)
+def test_processors_match_transformers(seed, vocab, temperature, top_k, top_p):
+    row = np.random.default_rng(seed).normal(scale=3.0, size=vocab).astype(np.float32)
+    cfg = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+    ours = logits_to_probs(row, cfg)
+    ref = _hf_probs(row, temperature, top_k, top_p)
+    np.testing.assert_allclose(ours, ref, atol=1e-9)
+    assert abs(ours.sum() - 1.0) < 1e-12
+
+
+def test_sample_frequencies_match_probs():
+    # 40,000 draws from a known 5-way distribution: each frequency within 5 standard errors
+    probs = np.array([0.5, 0.0, 0.3, 0.15, 0.05])
+    rng = np.random.default_rng(123)
+    n = 40_000
+    counts = np.bincount([sample(probs, rng) for _ in range(n)], minlength=5)
+    assert counts[1] == 0
+    se = np.sqrt(probs * (1 - probs) / n)
+    assert np.all(np.abs(counts / n - probs) <= 5 * se + 1e-12)
+
+
+def test_same_seed_same_tokens():
+    row = np.random.default_rng(0).normal(size=100)
+    cfg = SamplingConfig(temperature=1.0, seed=7)
+    a = [next_token(row, cfg, r) for r in [cfg.make_rng()] for _ in range(20)]
+    b = [next_token(row, cfg, r) for r in [cfg.make_rng()] for _ in range(20)]
+    assert a == b
+
+
+def test_logits_rows_shape_and_vocab_cut():
+    arr = np.arange(24, dtype=np.float32).reshape(1, 3, 8)
+    assert logits_rows(arr, 5).shape == (3, 5)
+    with pytest.raises(ValueError, match=r"\(1, T, V\)"):
+        logits_rows(arr[0])

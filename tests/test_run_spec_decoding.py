@@ -1,0 +1,189 @@
+"""run_spec_decoding.py: output format, --json, interactive commands (in process, with tiny numpy
+models), and argument errors through a subprocess (exit 2, one line, no traceback)."""
+from __future__ import annotations
+
+import builtins
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cli_common
+import run_spec_decoding as prog
+from test_generation_fakes import FakeModel
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "project" / "run_spec_decoding.py"
+V = 40
+
+
+class FakeTokenizer:
+    vocab_size = V
+    stop_token_ids = {0}
+
+    def encode(self, text: str) -> list[int]:
+        return [1 + ord(c) % (V - 1) for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(ord("a") + i % 26) for i in ids)
+
+    def apply_chat_template(self, messages, add_generation_prompt=True) -> str:
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+
+@pytest.fixture
+def fake_models(monkeypatch):
+    target = FakeModel(V, seed=1)
+    draft = FakeModel(V, seed=2, like=target, noise=0.1)
+
+    def load(args, need_draft=None, progress=True):
+        with_draft = need_draft if need_draft is not None else args.drafter == "model"
+        return cli_common.Models(target=target, draft=draft if with_draft else None,
+                                 tokenizer=FakeTokenizer(), vocab_size=V, stop_ids={0}, load_seconds=0.0)
+
+    monkeypatch.setattr(prog, "load_models", load)
+    return target, draft
+
+
+def test_default_output_has_the_seed_format(fake_models, capsys):
+    assert prog.main(["--prompt", "two plus two", "--max-new-tokens", "20"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "> two plus two"
+    assert out[1] == "========== Speculative =========="
+    assert out[2].startswith("Out: ")
+    assert out[3].startswith("Acceptance rate: 0.") or out[3] == "Acceptance rate: 1.000"
+    assert out[4].startswith("Throughput: ") and out[4].endswith(" tokens/s")
+    assert out[5] == "=========== Target AR ==========="
+    assert out[6] == out[2]  # greedy: the same text
+    assert out[7].startswith("Throughput: ")
+    assert any(line.startswith("Speedup: ") for line in out[8:])
+    assert any(line.startswith("Mean accepted tokens: ") for line in out[8:])
+    assert any(line.startswith("Predicted speedup (Leviathan") and "measured" in line for line in out[8:])
+
+
+def test_json_is_one_object_with_stats(fake_models, capsys):
+    assert prog.main(["--prompt", "hi", "--max-new-tokens", "12", "--json", "--temperature", "0.8",
+                      "--drafter", "ngram"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1
+    obj = json.loads(out[0])
+    assert len(obj["spec"]["tokens"]) <= 12 and obj["spec"]["stats"]["drafted"] >= 0
+    assert obj["settings"]["drafter"] == "ngram" and obj["settings"]["draft"] is None
+    assert "target" in obj and "speedup" in obj
+
+
+def test_stream_prints_the_same_text(fake_models, capsys):
+    prog.main(["--prompt", "abc", "--max-new-tokens", "15", "--stream", "--no-baseline"])
+    out = capsys.readouterr().out.splitlines()
+    prog.main(["--prompt", "abc", "--max-new-tokens", "15", "--no-baseline"])
+    ref = capsys.readouterr().out.splitlines()
+    assert out[2] == ref[2]
+    assert not any("Target AR" in line for line in out)
+
+
+def test_interactive_commands(fake_models, capsys, monkeypatch):
+    lines = iter(["/gamma 3", "/temperature 0.5", "/top-p 2", "/bogus", "/target", "/draft",
+                  "/drafter ngram", "/max 8", "hello", "/quit"])
+    monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))
+    assert prog.main(["--interactive"]) == 0
+    out = capsys.readouterr().out
+    assert "gamma 3" in out and "temperature 0.5" in out
+    assert "error: top_p must be in (0, 1]" in out
+    assert "error: unknown command /bogus" in out
+    assert "runs: spec, draft" in out and "drafter ngram" in out
+    assert "> hello" in out and "Draft AR" in out and "Target AR" not in out
+
+
+def test_interactive_ctrl_c_twice_quits(fake_models, capsys, monkeypatch):
+    events = iter([KeyboardInterrupt, "/settings", KeyboardInterrupt, KeyboardInterrupt, "never read"])
+
+    def fake_input(prompt=""):
+        ev = next(events)
+        if ev is KeyboardInterrupt:
+            raise KeyboardInterrupt
+        return ev
+
+    monkeypatch.setattr(builtins, "input", fake_input)
+    assert prog.main(["--interactive"]) == 0
+    assert next(events) == "never read"
+    assert "Ctrl-C again to quit" in capsys.readouterr().out
+
+
+def test_interactive_ctrl_c_during_generation_returns_to_prompt(fake_models, capsys, monkeypatch):
+    lines = iter(["a prompt", "/quit"])
+    monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prog, "speculative_generate", interrupted)
+    assert prog.main(["--interactive"]) == 0
+    assert "interrupted" in capsys.readouterr().out
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+
+
+@pytest.mark.parametrize(
+    "args, word",
+    [
+        (["--gamma", "0"], "--gamma"),
+        (["--gamma", "two"], "--gamma"),
+        (["--max-new-tokens", "0"], "--max-new-tokens"),
+        (["--temperature", "-1"], "temperature"),
+        (["--top-p", "1.5"], "top_p"),
+        (["--top-k", "-2"], "top_k"),
+        (["--drafter", "bigram"], "--drafter"),
+        (["--json", "--interactive"], "--json"),
+        (["--no-such-flag"], "unrecognized"),
+    ],
+)
+def test_flag_errors_exit_2_with_one_line(args, word):
+    res = _run(*args)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and word in lines[0], res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.fixture(scope="module")
+def model_folders(tmp_path_factory):
+    """Small random Qwen2 folders: a target, a draft with the same tokenizer, one with another."""
+    pytest.importorskip("torch")
+    from test_models_util import hf_qwen2, save_hf, tiny_bpe
+
+    root = tmp_path_factory.mktemp("cli_models")
+    save_hf(hf_qwen2(seed=0), root / "target", tiny_bpe())
+    save_hf(hf_qwen2(seed=1, hidden_size=32, intermediate_size=48, num_hidden_layers=1), root / "draft", tiny_bpe())
+    save_hf(hf_qwen2(seed=2, vocab_size=303), root / "other", tiny_bpe(vocab_size=300))
+    return root
+
+
+def test_small_models_end_to_end(model_folders):
+    res = _run("--target", str(model_folders / "target"), "--draft", str(model_folders / "draft"),
+               "--max-new-tokens", "16", "--prompt", "Tom has 3 apples.", "--json")
+    assert res.returncode == 0, res.stderr
+    obj = json.loads(res.stdout)
+    assert obj["spec"]["tokens"] == obj["target"]["tokens"]  # greedy: lossless
+
+
+@pytest.mark.parametrize(
+    "make_args, word",
+    [
+        (lambda r: ["--target", str(r / "missing")], "missing"),
+        (lambda r: ["--target", "no-such-model-name"], "no-such-model-name"),
+        (lambda r: ["--target", str(r / "target"), "--draft", str(r / "other")], ""),  # incompatible
+        (lambda r: ["--target", str(r / "target"), "--draft", str(r / "draft"), "--prompt", "word " * 300],
+         "context"),
+    ],
+)
+def test_model_errors_exit_2_with_one_line(model_folders, make_args, word):
+    res = _run(*make_args(model_folders), "--max-new-tokens", "8")
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and word in lines[0], res.stderr
+    assert "Traceback" not in res.stderr
