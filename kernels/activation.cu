@@ -27,5 +27,5 @@ extern "C" {
 __global__ void silu_mul_f32(const float* g, const float* u, float* o, i64 n) { silu_mul_body<float>(g, u, o, n); }
 __global__ void silu_mul_bf16(const bf16_t* g, const bf16_t* u, bf16_t* o, i64 n) { silu_mul_body<bf16_t>(g, u, o, n); }
 __global__ void gate_up_silu_f32(const float* gu, float* o, i64 rows, int I) { gate_up_silu_body<float>(gu, o, rows, I); }
-__global__ void gate_up_silu_bf16(const bf16_t* gu, bf16_t* o, i64 rows, int I) { gate_up_silu_body<bf16_t>(gu, o, rows, I); }
+__global__ void gate_up_silu_bf16(const bf16_t* gu, bf16_t* o, i64 rows, int I) { pdl_wait(); gate_up_silu_body<bf16_t>(gu, o, rows, I); }
 }

@@ -9,6 +9,7 @@
 
 extern "C" {
 __global__ void decode_advance(int* pos, i64* tokens, const i64* next_ids, i64* history, int T, int hist_len) {
+  pdl_wait();
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   int p = *pos + T;
   i64 nxt = next_ids[T - 1];

@@ -21,5 +21,5 @@ __device__ void embedding_body(const T* w, const i64* ids, TO* out, int V, int D
 extern "C" {
 __global__ void embedding_f32(const float* w, const i64* ids, float* out, int V, int D) { embedding_body<float, float>(w, ids, out, V, D); }
 __global__ void embedding_bf16(const bf16_t* w, const i64* ids, bf16_t* out, int V, int D) { embedding_body<bf16_t, bf16_t>(w, ids, out, V, D); }
-__global__ void embedding_bf16_f32(const bf16_t* w, const i64* ids, float* out, int V, int D) { embedding_body<bf16_t, float>(w, ids, out, V, D); }
+__global__ void embedding_bf16_f32(const bf16_t* w, const i64* ids, float* out, int V, int D) { pdl_wait(); embedding_body<bf16_t, float>(w, ids, out, V, D); }
 }

@@ -62,6 +62,7 @@ extern "C" {
   }                                                                                                   \
   __global__ void qkv_rope_append_##sfx(const T* qkv, const T* bias, T* q_out, T* kc, T* vc,           \
                                         const int* pos_ptr, int Hq, int Hkv, int D, int max_len, float theta) { \
+    pdl_wait();                                                                                       \
     qkv_rope_append_body<T>(qkv, bias, q_out, kc, vc, pos_ptr, Hq, Hkv, D, max_len, theta);           \
   }
 KV_INST(f32, float)

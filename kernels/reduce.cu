@@ -5,8 +5,10 @@
 //   best for few outputs over long dims. meta (device int64):
 //   [nd, out_shape[nd] (reduced dim = 1), out_strides[nd], a_strides[nd]]; the reduced dim has
 //   length R and input stride `rstride`. Accumulation in fp32 (double for i64).
-// argmax_*: rows of a contiguous (rows, n) matrix, one block of 1024 threads per row, any n < 2^31;
-//   out is int64 (rows,), ties go to the lowest index; NaN is never chosen over a number.
+// argmax_partial_* + argmax_final: argmax over the last dim of a contiguous (rows, n) matrix, any
+//   n < 2^31, in two launches: grid (nchunks, rows) x 256 threads, each block scanning `chunk`
+//   elements into a workspace (rows x nchunks values and indices), then grid (rows) x 256 threads
+//   merging them. out is int64 (rows,); NaN wins (as numpy/torch), ties go to the lowest index.
 // Limits: rank <= 8.
 #include "common.cuh"
 
@@ -71,35 +73,67 @@ __device__ void reduce_block_body(const T* a, T* out, const i64* meta, i64 nout,
   }
 }
 
-template <typename T>
-__device__ void argmax_body(const T* x, i64* out, int n) {
+// argmax order: NaN beats every number (numpy / torch), equal values go to the lowest index.
+__device__ __forceinline__ bool am_better(float v, int i, float bv, int bi) {
+  bool vn = v != v, bn = bv != bv;
+  if (vn != bn) return vn;
+  if (!vn && v != bv) return v > bv;
+  return i < bi;
+}
+__device__ __forceinline__ void am_warp(float& bv, int& bi) {
+  for (int o = 16; o > 0; o >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (am_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+  }
+}
+// Block-wide (value, index) arg-reduction; result valid in thread 0.
+__device__ __forceinline__ void am_block(float& bv, int& bi) {
   __shared__ float sv[32];
   __shared__ int si[32];
-  const T* row = x + (i64)blockIdx.x * n;
-  float best = -MT_INF;
-  int bi = 0x7fffffff;
-  for (int k = threadIdx.x; k < n; k += blockDim.x) {
-    float v = to_f(row[k]);
-    if (v > best || (bi == 0x7fffffff && v == v)) { best = v; bi = k; }
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (ov > best || (ov == best && oi < bi)) { best = ov; bi = oi; }
-  }
-  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  if (lane == 0) { sv[wid] = best; si[wid] = bi; }
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  am_warp(bv, bi);
+  if (lane == 0) { sv[wid] = bv; si[wid] = bi; }
   __syncthreads();
   if (wid == 0) {
-    best = lane < nw ? sv[lane] : -MT_INF;
+    bv = lane < nw ? sv[lane] : -MT_INF;
     bi = lane < nw ? si[lane] : 0x7fffffff;
-    for (int o = 16; o > 0; o >>= 1) {
-      float ov = __shfl_xor_sync(0xffffffffu, best, o);
-      int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ov > best || (ov == best && oi < bi)) { best = ov; bi = oi; }
-    }
-    if (lane == 0) out[blockIdx.x] = (bi == 0x7fffffff) ? 0 : bi;
+    am_warp(bv, bi);
   }
+}
+
+// Phase 1: grid (nchunks, rows); block b of row r scans [b*chunk, min((b+1)*chunk, n)).
+template <typename T>
+__device__ void argmax_partial_body(const T* x, float* ws_v, int* ws_i, int n, int chunk) {
+  const T* row = x + (i64)blockIdx.y * n;
+  int lo = blockIdx.x * chunk, hi = min(lo + chunk, n);
+  float bv = -MT_INF;
+  int bi = 0x7fffffff;
+  for (int k = lo + threadIdx.x; k < hi; k += blockDim.x) {
+    float v = to_f(row[k]);
+    if (am_better(v, k, bv, bi)) { bv = v; bi = k; }
+  }
+  am_block(bv, bi);
+  if (threadIdx.x == 0) {
+    ws_v[blockIdx.y * gridDim.x + blockIdx.x] = bv;
+    ws_i[blockIdx.y * gridDim.x + blockIdx.x] = bi;
+  }
+}
+
+extern "C" {
+// Phase 2: grid (rows), 32..1024 threads: merge the nchunks partial results of each row.
+__global__ void argmax_final(const float* ws_v, const int* ws_i, i64* out, int nchunks) {
+  pdl_wait();
+  float bv = -MT_INF;
+  int bi = 0x7fffffff;
+  for (int c = threadIdx.x; c < nchunks; c += blockDim.x) {
+    float v = ws_v[blockIdx.x * nchunks + c];
+    int i = ws_i[blockIdx.x * nchunks + c];
+    if (am_better(v, i, bv, bi)) { bv = v; bi = i; }
+  }
+  am_block(bv, bi);
+  if (threadIdx.x == 0) out[blockIdx.x] = (bi == 0x7fffffff) ? 0 : bi;
+}
 }
 
 extern "C" {
@@ -114,6 +148,11 @@ RED_INST(f32, float, float)
 RED_INST(bf16, bf16_t, float)
 RED_INST(i64, i64, double)
 
-__global__ void argmax_f32(const float* x, i64* out, int n) { argmax_body<float>(x, out, n); }
-__global__ void argmax_bf16(const bf16_t* x, i64* out, int n) { argmax_body<bf16_t>(x, out, n); }
+__global__ void argmax_partial_f32(const float* x, float* wv, int* wi, int n, int chunk) {
+  pdl_wait();
+  argmax_partial_body<float>(x, wv, wi, n, chunk);
+}
+__global__ void argmax_partial_bf16(const bf16_t* x, float* wv, int* wi, int n, int chunk) {
+  argmax_partial_body<bf16_t>(x, wv, wi, n, chunk);
+}
 }

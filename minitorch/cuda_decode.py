@@ -4,9 +4,17 @@
 projections concatenated so each is one GEMM), a preallocated KV cache, and every activation buffer.
 One step over T tokens is: embedding -> per layer [add+RMSNorm, QKV GEMM, bias+rope+KV append,
 split attention + combine, O GEMM, add+RMSNorm, gate/up GEMM, SiLU-mul, down GEMM] -> final norm ->
-LM head GEMM -> device argmax. For steps of <= 16 tokens the products run in our bf16 GEMV kernel
-(kernels/gemv.cu, which adds O and down projections straight into the fp32 residual stream);
-larger steps (prefill) use cuBLAS. The cache position lives in device memory, so a step captured once per
+LM head GEMM -> device argmax. For decode / verify steps the products run in our bf16 GEMV kernel
+(kernels/gemv.cu) with SwiGLU fused into the down projection (one-token steps) and O / down
+projections added straight into the fp32 residual stream (optionally RMSNorm fused into the next
+projection: slower on the H200, see kernels/NOTES.md); prefill uses cuBLAS and the separate kernels.
+
+Exactness: with gemv="ours" every kernel of a step computes each token's values in an order that
+does not depend on how many tokens the step holds (kernels/gemv.cu, attention.cu), so a verify step
+reproduces the decode steps' logits bit for bit and greedy speculative output equals greedy
+autoregressive output by construction. The default "ours1" verifies with cuBLAS (tensor cores, a
+different summation order): verify steps are ~3x cheaper, but a near-tie between the top two logits
+can resolve differently than in a decode step. The cache position lives in device memory, so a step captured once per
 T as a CUDA graph replays at any position; the only host synchronisation is reading token ids back.
 cuBLAS is called through ctypes (capture-safe); everything else is kernels/*.cu.
 
@@ -23,7 +31,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .cuda_blas import CUDA_R_16BF, CUDA_R_32F, cublas
-from .cuda_launch import ATT_RMAX
+from .cuda_launch import ATT_RMAX, argmax_plan
+from .cuda_pdl import PdlLauncher
 from .cuda_runtime import get_cupy, kernels
 
 
@@ -77,13 +86,19 @@ class CudaDecoder:
     """A Qwen2 model resident on the GPU with a KV cache of max_len positions and CUDA-graph steps."""
 
     def __init__(self, cfg: Any, weights: Dict[str, Any], max_len: int, max_tokens: int = 128,
-                 gemv: str = "ours") -> None:
-        """gemv: "ours" (kernels/gemv.cu for steps of <= 16 tokens, cuBLAS above) or "cublas"."""
-        if gemv not in ("ours", "cublas"):
-            raise ValueError(f"gemv must be 'ours' or 'cublas', got {gemv!r}")
+                 gemv: str = "ours1", fuse_norm: bool = False, pdl: Optional[bool] = None) -> None:
+        """gemv: which steps run their products in kernels/gemv.cu (SwiGLU and the residual add
+        fused in): "ours1" one-token steps (default: verify steps then cost about one decode
+        step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
+        separate norm / SwiGLU kernels; "ours" makes verify == decode bit for bit (module doc).
+        fuse_norm: RMSNorm computed inside those GEMVs (default off: slower on the H200).
+        pdl: launch the step's kernels with programmatic dependent launch (minitorch/cuda_pdl.py);
+        None (default) = on for compute capability >= 9.0 (H200: decode step 1.78 -> 1.63 ms at 1.5B)."""
+        if gemv not in ("ours", "ours1", "cublas"):
+            raise ValueError(f"gemv must be 'ours', 'ours1' or 'cublas', got {gemv!r}")
         cp = self.cp = get_cupy()
         self.gemv = gemv
-        self.sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        self.fuse_norm = fuse_norm
         self.cfg = cfg
         H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
         Hq, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -126,27 +141,39 @@ class CudaDecoder:
         self.logits = cp.zeros((T, V), cp.float32)
         self.next_ids = cp.zeros(T, cp.int64)
         self.history = cp.zeros(max_len + T, cp.int64)
-        self.kb = max(64, 32 * math.ceil(math.ceil(max_len / 256) / 32))
+        self.am_v = cp.zeros(T * argmax_plan(V)[0], cp.float32)
+        self.am_i = cp.zeros(T * argmax_plan(V)[0], cp.int32)
+        # keys per attention split: one 32-key chunk up to 8k positions, at most 256 splits beyond
+        self.kb = 32 * max(1, math.ceil(max_len / (32 * 256)))
         self.nsplit = math.ceil(max_len / self.kb)
         self.ws_m = cp.zeros(Hq * T * self.nsplit, cp.float32)
         self.ws_l = cp.zeros(Hq * T * self.nsplit, cp.float32)
         self.ws_acc = cp.zeros(Hq * T * self.nsplit * D, cp.float32)
         self.blas = cublas()
-        self.k = kernels()
+        if pdl is None:
+            pdl = int(cp.cuda.Device().compute_capability) >= 90
+        self.pdl = bool(pdl)
+        self.k = PdlLauncher(kernels()) if pdl else kernels()
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.graphs: Dict[Any, Any] = {}
 
     # ------------------------------------------------------------------ one step (capturable)
     def _ours(self, M: int, K: int) -> bool:
-        return self.gemv == "ours" and M <= 16 and K % 8 == 0
+        """Whether an M-token product runs in our GEMV (else cuBLAS)."""
+        limit = {"ours": 16, "ours1": 1, "cublas": 0}[self.gemv]
+        return M <= limit and K % 8 == 0
 
     def _gemv(self, x: Any, w: Any, M: int, N: int, K: int, yb: Any = None, yf: Any = None,
-              resid: Any = None) -> None:
+              resid: Any = None, mode: str = "", nw: Any = None) -> None:
+        """kernels/gemv.cu; mode "" (x bf16), "_silu" (x = [gate | up]) or "_norm" (x = fp32
+        residual rows, normalised with weight nw inside the kernel)."""
         tm = 1 if M == 1 else 4 if M <= 4 else 8 if M <= 8 else 16
+        rows = 2 if tm == 16 else 4  # output rows a block (kernels/gemv.cu)
         z = np.uint64(0)
-        self.k.launch(f"gemv{tm}_bf16", (min(math.ceil(N / 8), 8 * self.sms),), (256,),
-                      (w, x, yb if yb is not None else z, yf if yf is not None else z,
-                       resid if resid is not None else z, np.int32(N), np.int32(K), np.int32(M), np.int32(K)))
+        self.k.launch(f"gemv{tm}{mode}_bf16", (math.ceil(N / rows),), (256,),
+                      (w, x, nw if nw is not None else z, np.float32(self.eps), yb if yb is not None else z,
+                       yf if yf is not None else z, resid if resid is not None else z, np.int32(N), np.int32(K),
+                       np.int32(M), np.int32(2 * K if mode == "_silu" else K)))
 
     def _gemm(self, x: Any, w: Any, y: Any, M: int, N: int, K: int, out_f32: bool = False) -> None:
         """y[M, N] = x[M, K] @ w[N, K]^T (bf16, or fp32 logits)."""
@@ -167,20 +194,30 @@ class CudaDecoder:
 
     def _norm(self, delta: Optional[Any], w: Any, T: int) -> None:
         n = self.H
-        self.k.launch("add_rmsnorm_bf16", (T,), (1024 if n >= 4096 else 256,),
+        self.k.launch("add_rmsnorm_bf16", (T,), (min(1024, 32 * math.ceil(n / 128)),),
                       (self.resid, delta if delta is not None else np.uint64(0), w, self.xn, np.int32(n),
                        np.float32(self.eps)))
 
+    def _normed_proj(self, delta: Optional[Any], nw: Any, w: Any, T: int, N: int, r0: int = 0,
+                     yb: Any = None, yf: Any = None) -> None:
+        """Rows r0..T-1 of rmsnorm(resid + delta) @ w^T: one fused GEMV when the residual stream
+        is complete (delta None) and the step is ours, else add+RMSNorm then the product."""
+        H = self.H
+        if delta is None and self.fuse_norm and self._ours(T - r0, H):
+            self._gemv(self.resid[r0:T], w, T - r0, N, H, yb=yb, yf=yf, mode="_norm", nw=nw)
+            return
+        self._norm(delta, nw, T)
+        self._gemm(self.xn[r0:T], w, yf if yf is not None else yb, T - r0, N, H, out_f32=yf is not None)
+
     def _step(self, T: int, all_logits: bool, advance: bool) -> None:
         """Enqueue one forward step over tokens[0:T] at positions pos..pos+T-1 (no host sync)."""
-        k, H, D, Hq, Hkv, i32 = self.k, self.H, self.D, self.Hq, self.Hkv, np.int32
+        k, H, D, Hq, Hkv, I, i32 = self.k, self.H, self.D, self.Hq, self.Hkv, self.I, np.int32
         H3 = Hq + 2 * Hkv
         k.launch("embedding_bf16_f32", (T,), (256,), (self.embed, self.tokens, self.resid, i32(self.V), i32(H)))
         groups = math.ceil((Hq // Hkv) * T / ATT_RMAX)
         delta: Optional[Any] = None
-        for li, lw in enumerate(self.layers):
-            self._norm(delta, lw["ln1"], T)
-            self._gemm(self.xn, lw["qkv"], self.qkv, T, H3 * D, H)
+        for lw in self.layers:
+            self._normed_proj(delta, lw["ln1"], lw["qkv"], T, H3 * D, yb=self.qkv)
             k.launch("qkv_rope_append_bf16", (T, H3), (max(32, D // 2),),
                      (self.qkv, lw["qkv_bias"] if lw["qkv_bias"] is not None else np.uint64(0), self.q, lw["k"],
                       lw["v"], self.pos, i32(Hq), i32(Hkv), i32(D), i32(self.max_len), np.float32(self.theta)))
@@ -192,17 +229,21 @@ class CudaDecoder:
             k.launch("attn_combine_bf16", (Hq * T,), (32 * math.ceil(D / 32),),
                      (self.ws_m, self.ws_l, self.ws_acc, self.attn, np.int64(0), np.int64(D), np.int64(Hq * D),
                       i32(Hq), i32(T), i32(D), i32(self.nsplit)))
-            self._norm(self._gemm_resid(self.attn, lw["o"], self.o, T, H, Hq * D), lw["ln2"], T)
-            self._gemm(self.xn, lw["gate_up"], self.gu, T, 2 * self.I, H)
-            k.launch("gate_up_silu_bf16", (min(4096, math.ceil(T * self.I / 256)),), (256,),
-                     (self.gu, self.act, np.int64(T), i32(self.I)))
-            delta = self._gemm_resid(self.act, lw["down"], self.down, T, H, self.I)
-        self._norm(delta, self.final_norm, T)
+            delta = self._gemm_resid(self.attn, lw["o"], self.o, T, H, Hq * D)
+            self._normed_proj(delta, lw["ln2"], lw["gate_up"], T, 2 * I, yb=self.gu)
+            if T == 1 and self._ours(T, I):  # SwiGLU fused into the down projection's input
+                self._gemv(self.gu, lw["down"], T, H, I, resid=self.resid, mode="_silu")
+                delta = None
+            else:
+                k.launch("gate_up_silu_bf16", (min(4096, math.ceil(T * I / 256)),), (256,),
+                         (self.gu, self.act, np.int64(T), i32(I)))
+                delta = self._gemm_resid(self.act, lw["down"], self.down, T, H, I)
         r0 = 0 if all_logits else T - 1
         rows = T - r0
-        xn_rows = self.xn[r0:T]
-        self._gemm(xn_rows, self.lm_head, self.logits, rows, self.V, H, out_f32=True)
-        k.launch("argmax_f32", (rows,), (1024,), (self.logits, self.next_ids[r0:T], i32(self.V)))
+        self._normed_proj(delta, self.final_norm, self.lm_head, T, self.V, r0=r0, yf=self.logits)
+        nch, chunk = argmax_plan(self.V)
+        k.launch("argmax_partial_f32", (nch, rows), (256,), (self.logits, self.am_v, self.am_i, i32(self.V), i32(chunk)))
+        k.launch("argmax_final", (rows,), (128,), (self.am_v, self.am_i, self.next_ids[r0:T], i32(nch)))
         if advance:
             k.launch("decode_advance", (1,), (1,), (self.pos, self.tokens, self.next_ids, self.history, i32(T),
                                                    i32(self.history.size)))

@@ -214,8 +214,15 @@ def reduce(op: str, a: Any, dim: int, out: Any) -> None:
         kernels().launch(f"reduce_warp_{sfx}", _grid(nout * 32), (THREADS,), args)
 
 
-def argmax_rows(x: Any, out: Any) -> None:
-    """out (rows,) int64 = argmax over the last dim of contiguous x (rows, n)."""
+def argmax_plan(n: int) -> Tuple[int, int]:
+    """(nchunks, chunk) for the two-phase argmax of rows of length n."""
+    nchunks = max(1, min(128, n // 2048))
+    return nchunks, -(-n // nchunks)
+
+
+def argmax_rows(x: Any, out: Any, ws: Optional[Tuple[Any, Any]] = None) -> None:
+    """out (rows,) int64 = argmax over the last dim of contiguous x (rows, n); NaN wins, ties go
+    to the lowest index. ws: optional preallocated (float32, int32) workspaces of rows*nchunks."""
     sfx = SFX[_check_dtype(x, ("float32", "bfloat16"), "argmax")]
     if not is_contiguous(x) or out.dtype != "int64" or not is_contiguous(out):
         raise ValueError("argmax_rows needs contiguous x and a contiguous int64 out")
@@ -223,7 +230,12 @@ def argmax_rows(x: Any, out: Any) -> None:
     rows = _size(x.shape) // max(n, 1)
     if rows == 0:
         return
-    kernels().launch(f"argmax_{sfx}", (rows,), (1024,), (ptr(x), ptr(out), np.int32(n)))
+    nchunks, chunk = argmax_plan(n)
+    if ws is None:
+        cp = get_cupy()
+        ws = (cp.empty(rows * nchunks, cp.float32), cp.empty(rows * nchunks, cp.int32))
+    kernels().launch(f"argmax_partial_{sfx}", (nchunks, rows), (256,), (ptr(x), ws[0], ws[1], np.int32(n), np.int32(chunk)))
+    kernels().launch("argmax_final", (rows,), (128,), (ws[0], ws[1], ptr(out), np.int32(nchunks)))
 
 
 # ---------------------------------------------------------------- fused row ops

@@ -209,18 +209,16 @@ class CudaOps(TensorOps):
         if n == 0:
             raise MiniTorchError(f"argmax over an empty dim {dim} of shape {a.shape}")
         x = a if a.dtype in FLOATS else _to(a, "float32")
-        moved = _contig(_permute_last(x, dim, lambda t: t))
+        order = list(range(a.dims))
+        order[dim], order[-1] = order[-1], order[dim]              # a swap is its own inverse
+        moved = _contig(x._new(x._tensor.permute(order)) if dim != a.dims - 1 else x)
         rows = moved.size // n
         flat = new_tensor(a.backend, (rows,), "int64")
         cl.argmax_rows(cl.View(moved._tensor.storage, (rows, n), (n, 1), moved.dtype), flat._tensor)
         kshape = list(moved.shape)
         kshape[-1] = 1
         res = flat.view(*kshape)                                   # (..., 1) with dim moved last
-        if dim == a.dims - 1:
-            return res
-        order = list(range(a.dims))
-        order[dim], order[-1] = order[-1], order[dim]              # a swap is its own inverse
-        return res._new(res._tensor.permute(order))
+        return res if dim == a.dims - 1 else res._new(res._tensor.permute(order))
 
     @staticmethod
     def matrix_multiply(a: Tensor, b: Tensor, out: Optional[Tensor] = None) -> Tensor:

@@ -20,13 +20,14 @@ _HI = np.float32(88.72)    # above: exp is inf
 def _exp_inplace(a, n):
     """a[:n] = exp(a[:n]) for float32 a, written so LLVM vectorizes it (numba's scalar np.exp is not):
     Cephes expf range reduction + degree-6 polynomial, 2**k built from exponent bits (~1 ulp).
-    Works in chunks of 512 so the exponent scratch stays in L1."""
+    Chunks of 512 keep the exponent scratch in L1. Indexing goes through slice views with
+    non-negative loop indices: an index that might be negative blocks vectorization."""
     kbuf = np.empty(512, dtype=np.int32)
     scale = kbuf.view(np.float32)
     for c0 in range(0, n, 512):
-        c1 = min(c0 + 512, n)
-        for i in range(c0, c1):
-            x0 = a[i]
+        ac = a[c0:min(c0 + 512, n)]
+        for j in range(ac.shape[0]):
+            x0 = ac[j]
             x = min(max(x0, _LO), _HI)
             k = np.floor(x * np.float32(1.44269504) + np.float32(0.5))
             r = x - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)
@@ -37,25 +38,36 @@ def _exp_inplace(a, n):
             p = p * r + np.float32(1.6666665459e-1)
             p = p * r + np.float32(5.0000001201e-1)
             y = p * r * r + r + np.float32(1.0)
-            a[i] = np.float32(0.0) if x0 < _LO else y
-            kbuf[i - c0] = (np.int32(k) + np.int32(127)) << np.int32(23)
-        for i in range(c0, c1):
-            a[i] *= scale[i - c0]
+            ac[j] = np.float32(0.0) if x0 < _LO else y
+            kbuf[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
+        for j in range(ac.shape[0]):
+            ac[j] *= scale[j]
 
 
 @njit(inline="always", fastmath=True)
-def _sum64(a, n):
-    s = 0.0
+def _sum_pos(a, n):
+    """Sum of non-negative float32 values; fastmath lets LLVM split it into vector lanes (no
+    cancellation, so the float32 lanes keep ~1e-6 relative accuracy)."""
+    s = np.float32(0.0)
     for i in range(n):
-        s += np.float64(a[i])
+        s += a[i]
     return s
 
 
-@njit(inline="always", fastmath=True)
+@njit(inline="always", error_model="numpy")
 def _max(a, n):
-    m = a[0]
-    for i in range(1, n):
-        m = max(m, a[i])
+    """Max of a[:n] (n >= 1) over 16 independent lanes so it vectorizes."""
+    mb = np.full(16, -np.inf, dtype=np.float32)
+    n16 = n - n % 16
+    for c in range(0, n16, 16):
+        ac = a[c:c + 16]
+        for lane in range(16):
+            v = ac[lane]
+            mb[lane] = v if v > mb[lane] else mb[lane]
+    m = mb.max()
+    for i in range(n16, n):
+        if a[i] > m:
+            m = a[i]
     return m
 
 
@@ -72,12 +84,12 @@ def softmax_rows(out, x, rows, n, log):
         if log:
             tmp = orow.copy()
             _exp_inplace(tmp, n)
-            ls = np.float32(np.log(_sum64(tmp, n)))
+            ls = np.float32(np.log(_sum_pos(tmp, n)))
             for j in range(n):
                 orow[j] -= ls
         else:
             _exp_inplace(orow, n)
-            inv = np.float32(1.0 / _sum64(orow, n))
+            inv = np.float32(1.0 / _sum_pos(orow, n))
             for j in range(n):
                 orow[j] *= inv
 
@@ -85,31 +97,33 @@ def softmax_rows(out, x, rows, n, log):
 @njit(**JIT)
 def rmsnorm_rows(out, x, w, rows, n, eps):
     for r in range(rows):
-        base = r * n
+        xr = x[r * n:(r + 1) * n]
+        orow = out[r * n:(r + 1) * n]
         ss = 0.0
         for j in range(n):
-            v = np.float64(x[base + j])
+            v = np.float64(xr[j])
             ss += v * v
         inv = np.float32(1.0 / np.sqrt(ss / n + eps))
         for j in range(n):
-            out[base + j] = (x[base + j] * inv) * w[j]
+            orow[j] = (xr[j] * inv) * w[j]
 
 
 @njit(**JIT)
 def layernorm_rows(out, x, w, b, rows, n, eps):
     for r in range(rows):
-        base = r * n
+        xr = x[r * n:(r + 1) * n]
+        orow = out[r * n:(r + 1) * n]
         mu = 0.0
         for j in range(n):
-            mu += x[base + j]
+            mu += xr[j]
         mu /= n
         var = 0.0
         for j in range(n):
-            d = x[base + j] - mu
+            d = xr[j] - mu
             var += d * d
         inv = 1.0 / np.sqrt(var / n + eps)
         for j in range(n):
-            out[base + j] = np.float32((x[base + j] - mu) * inv) * w[j] + b[j]
+            orow[j] = np.float32((xr[j] - mu) * inv) * w[j] + b[j]
 
 
 @njit(**JIT)
@@ -119,12 +133,14 @@ def rope_rows(out, x, cos, sin, cst, csd, sst, ssd, rows, t_len, d):
     for r in range(rows):
         for t in range(t_len):
             base = (r * t_len + t) * d
-            cb = t * cst
-            sb = t * sst
+            xr = x[base:base + d]
+            orow = out[base:base + d]
+            c = cos[t * cst:]
+            s = sin[t * sst:]
             for j in range(h):
-                out[base + j] = x[base + j] * cos[cb + j * csd] - x[base + j + h] * sin[sb + j * ssd]
+                orow[j] = xr[j] * c[j * csd] - xr[j + h] * s[j * ssd]
             for j in range(h, d):
-                out[base + j] = x[base + j] * cos[cb + j * csd] + x[base + j - h] * sin[sb + j * ssd]
+                orow[j] = xr[j] * c[j * csd] + xr[j - h] * s[j * ssd]
 
 
 @njit(**JIT)
@@ -146,71 +162,84 @@ def embedding_rows(out, w, ids, n_ids, v, d):
 def silu_mul_flat(out, g, u, n):
     for i in range(n):
         out[i] = -g[i]
-    _exp_inplace(out, n)
+    _exp_inplace(out[:n], n)
     for i in range(n):
         out[i] = g[i] / (np.float32(1.0) + out[i]) * u[i]  # exp overflow -> inf -> 0
 
 
-@njit(cache=True, error_model="numpy", nogil=True, parallel=True, fastmath=True)
-def attention_kernel(out, q, qs, k, ks, v, vs, b_n, hq, hkv, t_len, d, length, scale, q_start):
-    """Causal GQA attention. q (B,Hq,T,D) / k,v (B,Hkv,L,D) read through strides qs/ks/vs (4 each);
-    out contiguous (B,Hq,T,D). Query t sees keys 0..q_start+t. One task per (batch, kv head): the G
-    query heads sharing a kv head are done together so each K/V row is read once per query position."""
+@njit(cache=True, error_model="numpy", nogil=True, fastmath=True)
+def _attend_task(out, q, qs, k, ks, v, vs, bi, kh, hq, hkv, t_len, d, length, scale, q_start):
+    """One (batch, kv head) task: the G query heads sharing kv head kh, all T query positions, so each
+    K/V row is read once per query position. q (B,Hq,T,D) / k,v (B,Hkv,L,D) read through strides
+    qs/ks/vs (4 each); out contiguous (B,Hq,T,D). Query t sees keys 0..q_start+t."""
     g = hq // hkv
+    scores = np.empty((g, length), dtype=np.float32)
+    qbuf = np.empty((g, d), dtype=np.float32)
+    acc = np.empty((g, d), dtype=np.float32)
+    rowbuf = np.empty(d, dtype=np.float32)
+    kb = bi * ks[0] + kh * ks[1]
+    vb = bi * vs[0] + kh * vs[1]
+    for t in range(t_len):
+        for gi in range(g):
+            qb = bi * qs[0] + (kh * g + gi) * qs[1] + t * qs[2]
+            qr = qbuf[gi]
+            for e in range(d):
+                qr[e] = q[qb + e * qs[3]] * scale
+        n_keys = min(q_start + t + 1, length)
+        for j in range(n_keys):   # scores = (q * scale) . k_j for the G heads
+            kp = kb + j * ks[2]
+            if ks[3] == 1:
+                kr = k[kp:kp + d]
+            else:
+                for e in range(d):
+                    rowbuf[e] = k[kp + e * ks[3]]
+                kr = rowbuf
+            for gi in range(g):
+                qr = qbuf[gi]
+                s = np.float32(0.0)
+                for e in range(d):
+                    s += qr[e] * kr[e]
+                scores[gi, j] = s
+        for gi in range(g):       # softmax over the visible keys
+            row = scores[gi, :n_keys]
+            m = _max(row, n_keys)
+            for j in range(n_keys):
+                row[j] -= m
+            _exp_inplace(row, n_keys)
+            inv = np.float32(1.0) / _sum_pos(row, n_keys)
+            for j in range(n_keys):
+                row[j] *= inv
+        acc[:, :] = 0.0
+        for j in range(n_keys):   # out = sum_j p_j v_j
+            vp = vb + j * vs[2]
+            if vs[3] == 1:
+                vr = v[vp:vp + d]
+            else:
+                for e in range(d):
+                    rowbuf[e] = v[vp + e * vs[3]]
+                vr = rowbuf
+            for gi in range(g):
+                p = scores[gi, j]
+                ar = acc[gi]
+                for e in range(d):
+                    ar[e] += p * vr[e]
+        for gi in range(g):
+            ob = ((bi * hq + kh * g + gi) * t_len + t) * d
+            o = out[ob:ob + d]
+            ar = acc[gi]
+            for e in range(d):
+                o[e] = ar[e]
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def attention_serial(out, q, qs, k, ks, v, vs, b_n, hq, hkv, t_len, d, length, scale, q_start):
+    """Causal GQA attention, one thread (decode: little work, no thread wake-up cost)."""
+    for bk in range(b_n * hkv):
+        _attend_task(out, q, qs, k, ks, v, vs, bk // hkv, bk % hkv, hq, hkv, t_len, d, length, scale, q_start)
+
+
+@njit(cache=True, error_model="numpy", nogil=True, parallel=True)
+def attention_parallel(out, q, qs, k, ks, v, vs, b_n, hq, hkv, t_len, d, length, scale, q_start):
+    """Causal GQA attention, (batch, kv head) tasks spread over threads (prefill)."""
     for bk in prange(b_n * hkv):
-        bi = bk // hkv
-        kh = bk % hkv
-        scores = np.empty((g, length), dtype=np.float32)
-        qbuf = np.empty((g, d), dtype=np.float32)
-        acc = np.zeros((g, d), dtype=np.float32)
-        krow = np.empty(d, dtype=np.float32)
-        kb = bi * ks[0] + kh * ks[1]
-        vb = bi * vs[0] + kh * vs[1]
-        for t in range(t_len):
-            for gi in range(g):
-                qb = bi * qs[0] + (kh * g + gi) * qs[1] + t * qs[2]
-                for e in range(d):
-                    qbuf[gi, e] = q[qb + e * qs[3]] * scale
-            n_keys = min(q_start + t + 1, length)
-            for j in range(n_keys):
-                kp = kb + j * ks[2]
-                if ks[3] == 1:
-                    krow[:] = k[kp:kp + d]
-                else:
-                    for e in range(d):
-                        krow[e] = k[kp + e * ks[3]]
-                for gi in range(g):
-                    s = np.float32(0.0)
-                    for e in range(d):
-                        s += qbuf[gi, e] * krow[e]
-                    scores[gi, j] = s
-            acc[:, :] = 0.0
-            for gi in range(g):
-                m = scores[gi, 0]
-                for j in range(1, n_keys):
-                    m = max(m, scores[gi, j])
-                row = scores[gi]
-                for j in range(n_keys):
-                    row[j] -= m
-                _exp_inplace(row, n_keys)
-                tot = np.float32(0.0)
-                for j in range(n_keys):
-                    tot += row[j]
-                inv = np.float32(1.0) / tot
-                for j in range(n_keys):
-                    scores[gi, j] *= inv
-            for j in range(n_keys):
-                vp = vb + j * vs[2]
-                if vs[3] == 1:
-                    krow[:] = v[vp:vp + d]
-                else:
-                    for e in range(d):
-                        krow[e] = v[vp + e * vs[3]]
-                for gi in range(g):
-                    p = scores[gi, j]
-                    for e in range(d):
-                        acc[gi, e] += p * krow[e]
-            for gi in range(g):
-                ob = ((bi * hq + kh * g + gi) * t_len + t) * d
-                for e in range(d):
-                    out[ob + e] = acc[gi, e]
+        _attend_task(out, q, qs, k, ks, v, vs, bk // hkv, bk % hkv, hq, hkv, t_len, d, length, scale, q_start)

@@ -115,6 +115,18 @@ def zip_flat(op, out, a, b, n):
 
 
 @njit(**JIT)
+def zip_flat_scalar(op, out, a, b, n, scalar_left):
+    """One side is a single element (b[0]); the other is contiguous with n elements."""
+    s = b[0]
+    if scalar_left:
+        for i in range(n):
+            out[i] = _binary(op, s, a[i])
+    else:
+        for i in range(n):
+            out[i] = _binary(op, a[i], s)
+
+
+@njit(**JIT)
 def zip_strided(op, out, shape, os, a, as_, b, bs):
     nd = shape.shape[0]
     last = shape[nd - 1]

@@ -13,10 +13,13 @@ from . import fast_kernels as fk
 from . import operators
 from .tensor import Tensor
 from .tensor_data import MiniTorchError, broadcast_strides
-from .tensor_ops import (TensorBackend, TensorOps, map_out, matmul_shape, new_tensor, where_prepare,
-                         zip_prepare)
+from .tensor_ops import (TensorBackend, TensorOps, check_writable, map_out, matmul_shape, new_tensor,
+                         where_prepare, zip_prepare)
 
 _I64 = np.int64
+# multiply-adds above which attention spreads (batch, kv head) tasks over threads; decode steps stay
+# serial so an oversubscribed machine does not stall on thread wake-ups
+PARALLEL_ATTENTION_WORK = 1 << 23
 
 
 def _meta(shape: Sequence[int], *strides: Sequence[int]):
@@ -77,12 +80,19 @@ class FastOps(TensorOps):
             at, bt, ot = a._tensor, b._tensor, out._tensor
             if ot.size == 0:
                 return out
-            if at.shape == bt.shape == ot.shape and ot.is_contiguous() and at.is_contiguous() and bt.is_contiguous():
-                fk.zip_flat(op, ot.storage, at.storage, bt.storage, ot.size)
-            else:
-                sh, os_, as_, bs = _meta(ot.shape, ot.strides, broadcast_strides(at.shape, at.strides, ot.shape),
-                                         broadcast_strides(bt.shape, bt.strides, ot.shape))
-                fk.zip_strided(op, ot.storage, sh, os_, at.storage, as_, bt.storage, bs)
+            if ot.is_contiguous() and at.is_contiguous() and bt.is_contiguous():
+                if at.shape == bt.shape == ot.shape:
+                    fk.zip_flat(op, ot.storage, at.storage, bt.storage, ot.size)
+                    return out
+                if bt.size == 1 and at.shape == ot.shape:       # tensor (op) scalar
+                    fk.zip_flat_scalar(op, ot.storage, at.storage, bt.storage, ot.size, False)
+                    return out
+                if at.size == 1 and bt.shape == ot.shape:       # scalar (op) tensor
+                    fk.zip_flat_scalar(op, ot.storage, bt.storage, at.storage, ot.size, True)
+                    return out
+            sh, os_, as_, bs = _meta(ot.shape, ot.strides, broadcast_strides(at.shape, at.strides, ot.shape),
+                                     broadcast_strides(bt.shape, bt.strides, ot.shape))
+            fk.zip_strided(op, ot.storage, sh, os_, at.storage, as_, bt.storage, bs)
             return out
 
         return _zip
@@ -148,6 +158,8 @@ class FastOps(TensorOps):
             out = new_tensor(a.backend, shape, a._tensor.dtype)
         elif out.shape != shape:
             raise MiniTorchError(f"matmul result shape {shape} does not match out of shape {out.shape}")
+        else:
+            check_writable(out)
         if out._tensor.size:
             np.matmul(a.to_numpy(), b.to_numpy(), out=out.to_numpy())
         return out
@@ -222,7 +234,9 @@ class FastOps(TensorOps):
         if out.size == 0:
             return out
         qt, kt, vt = q._tensor, k._tensor, v._tensor
-        ff.attention_kernel(out._tensor.storage, qt.storage, np.array(qt.strides, _I64), kt.storage,
+        work = b * hq * t * length * d
+        kernel = ff.attention_parallel if work >= PARALLEL_ATTENTION_WORK and b * hkv > 1 else ff.attention_serial
+        kernel(out._tensor.storage, qt.storage, np.array(qt.strides, _I64), kt.storage,
                             np.array(kt.strides, _I64), vt.storage, np.array(vt.strides, _I64),
                             b, hq, hkv, t, d, length, np.float32(scale), int(q_start))
         return out

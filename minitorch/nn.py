@@ -30,34 +30,34 @@ class Softmax(Function):
         return out
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         (y,) = ctx.saved_values
         return y * (g - (g * y).sum(ctx.extra["dim"], keepdim=True)), None
 
 
 class LogSoftmax(Function):
     @staticmethod
-    def forward(ctx, x, dim):
+    def forward(ctx: Context, x: Tensor, dim: int) -> Tensor:
         out = x.backend.log_softmax(x, dim)
         ctx.save_for_backward(out)
         ctx.save(dim=dim)
         return out
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         (y,) = ctx.saved_values
         return g - y.exp() * g.sum(ctx.extra["dim"], keepdim=True), None
 
 
 class RMSNorm(Function):
     @staticmethod
-    def forward(ctx, x, w, eps):
+    def forward(ctx: Context, x: Tensor, w: Tensor, eps: float) -> Tensor:
         ctx.save_for_backward(x, w)
         ctx.save(eps=eps)
         return x.backend.rmsnorm(x, w, eps)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         x, w = ctx.saved_values
         r = ((x * x).mean(-1, keepdim=True) + ctx.extra["eps"]).rsqrt()
         xhat = x * r
@@ -68,13 +68,13 @@ class RMSNorm(Function):
 
 class LayerNorm(Function):
     @staticmethod
-    def forward(ctx, x, w, b, eps):
+    def forward(ctx: Context, x: Tensor, w: Tensor, b: Tensor, eps: float) -> Tensor:
         ctx.save_for_backward(x, w)
         ctx.save(eps=eps)
         return x.backend.layernorm(x, w, b, eps)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         x, w = ctx.saved_values
         xc = x - x.mean(-1, keepdim=True)
         r = ((xc * xc).mean(-1, keepdim=True) + ctx.extra["eps"]).rsqrt()
@@ -86,13 +86,13 @@ class LayerNorm(Function):
 
 class Embedding(Function):
     @staticmethod
-    def forward(ctx, w, ids):
+    def forward(ctx: Context, w: Tensor, ids: Tensor) -> Tensor:
         ctx.save_for_backward(ids)
         ctx.save(shape=w.shape)
         return w.backend.embedding(w, ids)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         (ids,) = ctx.saved_values
         v, d = ctx.extra["shape"]
         gw = np.zeros((v, d), dtype=np.float32)
@@ -102,12 +102,12 @@ class Embedding(Function):
 
 class Cat(Function):
     @staticmethod
-    def forward(ctx, dim, *ts):
+    def forward(ctx: Context, dim: int, *ts: Tensor) -> Tensor:
         ctx.save(dim=dim, sizes=[t.shape[dim] for t in ts])
         return ts[0].backend.cat(ts, dim)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         dim, sizes = ctx.extra["dim"], ctx.extra["sizes"]
         out, off = [None], 0
         for n in sizes:
@@ -129,12 +129,12 @@ def _rotate_half_t(y: Tensor) -> Tensor:
 
 class Rope(Function):
     @staticmethod
-    def forward(ctx, x, cos, sin):
+    def forward(ctx: Context, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         ctx.save_for_backward(x, cos, sin)
         return x.backend.rope(x, cos, sin)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         x, cos, sin = ctx.saved_values
         dx = g * cos + _rotate_half_t(g * sin)
         dc = g * x if cos.requires_grad else None
@@ -144,12 +144,12 @@ class Rope(Function):
 
 class SiluMul(Function):
     @staticmethod
-    def forward(ctx, gate, up):
+    def forward(ctx: Context, gate: Tensor, up: Tensor) -> Tensor:
         ctx.save_for_backward(gate, up)
         return gate.backend.silu_mul(gate, up)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         gate, up = ctx.saved_values
         s = gate.sigmoid()
         return g * up * (s * (1.0 + gate * (1.0 - s))), g * (gate * s)
@@ -157,13 +157,13 @@ class SiluMul(Function):
 
 class Attention(Function):
     @staticmethod
-    def forward(ctx, q, k, v, scale, q_start):
+    def forward(ctx: Context, q: Tensor, k: Tensor, v: Tensor, scale: float, q_start: int) -> Tensor:
         ctx.save_for_backward(q, k, v)
         ctx.save(scale=scale, q_start=q_start)
         return q.backend.attention(q, k, v, scale, q_start)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         q, k, v = ctx.saved_values
         scale, q_start = ctx.extra["scale"], ctx.extra["q_start"]
         b, hq, t, d = q.shape
@@ -261,7 +261,8 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     """x @ weight^T + bias, weight (out, in) as stored in checkpoints (the transpose is a view)."""
     if weight.dims != 2 or x.dims == 0 or x.shape[-1] != weight.shape[1]:
         raise MiniTorchError(f"linear: input {x.shape} does not match weight (out, in) = {weight.shape}")
-    y = x @ weight.transpose(0, 1) if x.dims >= 2 else (x.view(1, x.shape[0]) @ weight.transpose(0, 1)).view(weight.shape[0])
+    wt = weight.transpose(0, 1)                                   # (in, out) view, no copy
+    y = x @ wt if x.dims >= 2 else (x.view(1, x.shape[0]) @ wt).view(weight.shape[0])
     if bias is not None:
         if bias.shape != (weight.shape[0],):
             raise MiniTorchError(f"linear bias shape {bias.shape} != ({weight.shape[0]},)")

@@ -53,7 +53,7 @@ def sigmoid(x: float) -> float:
 
 
 def relu(x: float) -> float:
-    return x if x > 0 else 0.0
+    return x if x > 0 or x != x else 0.0
 
 
 def silu(x: float) -> float:

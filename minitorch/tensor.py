@@ -5,12 +5,12 @@ and, when it was made under grad mode from inputs that require grad, the History
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import tensor_functions as tf
-from .autodiff import _state, backpropagate, no_grad
+from .autodiff import backpropagate, no_grad
 from .tensor_data import MiniTorchError, Spec, TensorData, norm_dim, prod
 
 class Tensor:
@@ -95,6 +95,10 @@ class Tensor:
         if not self.shape:
             raise MiniTorchError("len() of a 0-d tensor")
         return self.shape[0]
+
+    def __iter__(self) -> Iterator["Tensor"]:
+        for i in range(len(self)):
+            yield self[i]
 
     def __bool__(self) -> bool:
         if self.size != 1:
@@ -192,6 +196,15 @@ class Tensor:
 
     def __eq__(self, b: Any) -> "Tensor":  # type: ignore[override]
         return tf.Eq.apply(self, b if isinstance(b, Tensor) else self._lift(b))
+
+    def __ne__(self, b: Any) -> "Tensor":  # type: ignore[override]
+        return 1.0 - (self == b)
+
+    def __le__(self, b: Any) -> "Tensor":
+        return 1.0 - (self > b)
+
+    def __ge__(self, b: Any) -> "Tensor":
+        return 1.0 - (self < b)
 
     def __matmul__(self, b: "Tensor") -> "Tensor":
         return tf.MatMul.apply(self, b)
@@ -298,6 +311,8 @@ class Tensor:
         if k < 0:
             raise MiniTorchError(f"cannot expand shape {self.shape} to {tuple(shape)}")
         shape = tuple(self.shape[i - k] if s == -1 and i >= k else int(s) for i, s in enumerate(shape))
+        if any(s < 0 for s in shape):
+            raise MiniTorchError(f"cannot expand shape {self.shape} to {shape}")
         if shape == self.shape:
             return self
         return tf.Expand.apply(self, shape)
@@ -311,7 +326,8 @@ class Tensor:
         if start < 0:
             start += n
         if not (0 <= start and length >= 0 and start + length <= n):
-            raise MiniTorchError(f"narrow(dim={dim}, start={start}, length={length}) out of range for shape {self.shape}")
+            raise MiniTorchError(f"narrow(dim={dim}, start={start}, length={length}) out of range "
+                                 f"for shape {self.shape}")
         spec = tuple(("s", 0, 1, self.shape[i]) for i in range(d)) + (("s", start, 1, length),)
         return tf.Slice.apply(self, spec)
 

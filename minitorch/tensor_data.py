@@ -6,6 +6,7 @@ kernels only ever see (storage, shape, strides).
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Iterable, List, Sequence, Tuple
 
 import numpy as np
@@ -28,6 +29,10 @@ def strides_from_shape(shape: Sequence[int]) -> Strides:
         out.append(acc)
         acc *= s
     return tuple(reversed(out))
+
+
+contiguous_strides = lru_cache(maxsize=8192)(strides_from_shape)
+contiguous_strides.__doc__ = "Cached strides_from_shape for the hot path (shape must be a tuple)."
 
 
 def prod(shape: Iterable[int]) -> int:

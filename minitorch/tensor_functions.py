@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 
-import numpy as np
-
 from .autodiff import NULL_CTX, Context, _state
-from .tensor_data import DTYPES, MiniTorchError, TensorData, apply_spec, prod, strides_from_shape
+from .tensor_creation import arange, from_numpy, full, ones, rand, tensor, zeros  # noqa: F401 (re-export)
+from .tensor_data import MiniTorchError, TensorData, apply_spec, contiguous_strides
 
 if TYPE_CHECKING:
     from .tensor import Tensor
-    from .tensor_ops import TensorBackend
 
 
 class History:
@@ -67,98 +65,98 @@ class Function:
 
 class Neg(Function):
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Context, a: Tensor) -> Tensor:
         return a.backend.neg_map(a)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         return (-g,)
 
 
 class Exp(Function):
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Context, a: Tensor) -> Tensor:
         out = a.backend.exp_map(a)
         ctx.save_for_backward(out)
         return out
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         (out,) = ctx.saved_values
         return (g * out,)
 
 
 class Log(Function):
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Context, a: Tensor) -> Tensor:
         ctx.save_for_backward(a)
         return a.backend.log_map(a)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         (a,) = ctx.saved_values
         return (g / a,)
 
 
 class Sqrt(Function):
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Context, a: Tensor) -> Tensor:
         out = a.backend.sqrt_map(a)
         ctx.save_for_backward(out)
         return out
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         (out,) = ctx.saved_values
         return (g * 0.5 / out,)
 
 
 class Rsqrt(Function):
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Context, a: Tensor) -> Tensor:
         out = a.backend.rsqrt_map(a)
         ctx.save_for_backward(out)
         return out
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         (out,) = ctx.saved_values
         return (g * (out * out * out) * -0.5,)
 
 
 class Sigmoid(Function):
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Context, a: Tensor) -> Tensor:
         out = a.backend.sigmoid_map(a)
         ctx.save_for_backward(out)
         return out
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         (s,) = ctx.saved_values
         return (g * s * (1.0 - s),)
 
 
 class Relu(Function):
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Context, a: Tensor) -> Tensor:
         ctx.save_for_backward(a)
         return a.backend.relu_map(a)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         (a,) = ctx.saved_values
         return (g * (a > 0.0),)
 
 
 class Silu(Function):
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Context, a: Tensor) -> Tensor:
         ctx.save_for_backward(a)
         return a.backend.silu_map(a)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         (a,) = ctx.saved_values
         s = a.sigmoid()
         return (g * (s * (1.0 + a * (1.0 - s))),)
@@ -166,57 +164,57 @@ class Silu(Function):
 
 class Tanh(Function):
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Context, a: Tensor) -> Tensor:
         out = a.backend.tanh_map(a)
         ctx.save_for_backward(out)
         return out
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         (t,) = ctx.saved_values
         return (g * (1.0 - t * t),)
 
 
 class Add(Function):
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         return a.backend.add_zip(a, b)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         return g, g
 
 
 class Sub(Function):
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         return a.backend.sub_zip(a, b)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         return g, -g
 
 
 class Mul(Function):
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         ctx.save_for_backward(a, b)
         return a.backend.mul_zip(a, b)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         a, b = ctx.saved_values
         return g * b, g * a
 
 
 class Div(Function):
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         ctx.save_for_backward(a, b)
         return a.backend.div_zip(a, b)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         a, b = ctx.saved_values
         gb = None
         if b.requires_grad:
@@ -226,13 +224,13 @@ class Div(Function):
 
 class Pow(Function):
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         out = a.backend.pow_zip(a, b)
         ctx.save_for_backward(a, b, out)
         return out
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         a, b = ctx.saved_values[:2]
         out = ctx.saved_values[2]
         ga = g * b * (a ** (b - 1.0))
@@ -244,36 +242,36 @@ class Compare(Function):
     """lt / gt / eq: float32 0/1, no gradient."""
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         return None, None
 
 
 class Lt(Compare):
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         return a.backend.lt_zip(a, b)
 
 
 class Gt(Compare):
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         return a.backend.gt_zip(a, b)
 
 
 class Eq(Compare):
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         return a.backend.eq_zip(a, b)
 
 
 class Where(Function):
     @staticmethod
-    def forward(ctx, c, a, b):
+    def forward(ctx: Context, c: Tensor, a: Tensor, b: Tensor) -> Tensor:
         ctx.save_for_backward(c)
         return a.backend.where(c, a, b)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         (c,) = ctx.saved_values
         z = zeros((), backend=g.backend)
         return None, where(c, g, z), where(c, z, g)
@@ -285,12 +283,12 @@ class Sum(Function):
     """Sum over one dim, keepdim."""
 
     @staticmethod
-    def forward(ctx, a, dim):
+    def forward(ctx: Context, a: Tensor, dim: int) -> Tensor:
         ctx.save(shape=a.shape)
         return a.backend.add_reduce(a, dim)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         return g.expand(*ctx.extra["shape"]), None
 
 
@@ -298,14 +296,14 @@ class Max(Function):
     """Max over one dim, keepdim; gradient split evenly among ties."""
 
     @staticmethod
-    def forward(ctx, a, dim):
+    def forward(ctx: Context, a: Tensor, dim: int) -> Tensor:
         out = a.backend.max_reduce(a, dim)
         ctx.save_for_backward(a, out)
         ctx.save(dim=dim)
         return out
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         a, out = ctx.saved_values
         mask = a == out
         return g * mask / mask.sum(ctx.extra["dim"], keepdim=True), None
@@ -313,12 +311,12 @@ class Max(Function):
 
 class MatMul(Function):
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         ctx.save_for_backward(a, b)
         return a.backend.matrix_multiply(a, b)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         a, b = ctx.saved_values
         ga = g @ b.transpose(-1, -2) if a.requires_grad else None
         gb = a.transpose(-1, -2) @ g if b.requires_grad else None
@@ -329,12 +327,12 @@ class MatMul(Function):
 
 class Permute(Function):
     @staticmethod
-    def forward(ctx, a, order):
+    def forward(ctx: Context, a: Tensor, order: tuple) -> Tensor:
         ctx.save(order=order)
         return a._new(a._tensor.permute(order))
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         order = ctx.extra["order"]
         inv = [0] * len(order)
         for i, o in enumerate(order):
@@ -344,29 +342,29 @@ class Permute(Function):
 
 class View(Function):
     @staticmethod
-    def forward(ctx, a, shape):
+    def forward(ctx: Context, a: Tensor, shape: tuple) -> Tensor:
         td = a._tensor
         if not td.is_contiguous():
             raise MiniTorchError(f"view of non-contiguous tensor (shape {td.shape}, strides {td.strides}); "
                                  "use reshape() or contiguous() first")
         ctx.save(shape=td.shape)
-        return a._new(TensorData.make(td.storage, shape, strides_from_shape(shape), td.dtype, True))
+        return a._new(TensorData.make(td.storage, shape, contiguous_strides(shape), td.dtype, True))
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         return g.reshape(*ctx.extra["shape"]), None
 
 
 class Expand(Function):
     @staticmethod
-    def forward(ctx, a, shape):
+    def forward(ctx: Context, a: Tensor, shape: tuple) -> Tensor:
         from .tensor_data import broadcast_strides
         td = a._tensor
         return a._new(TensorData.make(td.storage, shape, broadcast_strides(td.shape, td.strides, shape),
                                       td.dtype))
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         return g, None  # chain_rule sums the broadcast dims back
 
 
@@ -374,7 +372,7 @@ class Slice(Function):
     """A strided sub-view described by a normalized spec (see tensor_data.apply_spec)."""
 
     @staticmethod
-    def forward(ctx, a, spec):
+    def forward(ctx: Context, a: Tensor, spec: tuple) -> Tensor:
         td = a._tensor
         offset, shape, strides = apply_spec(td.shape, td.strides, spec)
         ctx.save(shape=td.shape, spec=spec)
@@ -382,7 +380,7 @@ class Slice(Function):
         return a._new(TensorData.make(storage, shape, strides, td.dtype))
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         z = zeros(ctx.extra["shape"], backend=g.backend, dtype=g.dtype)
         zt = z._tensor
         offset, vshape, vstrides = apply_spec(zt.shape, zt.strides, ctx.extra["spec"])
@@ -393,119 +391,29 @@ class Slice(Function):
 
 class Contiguous(Function):
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx: Context, a: Tensor) -> Tensor:
         if a._tensor.is_contiguous():
             return a
         return a.backend.id_map(a)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         return (g,)
 
 
 class Cast(Function):
     @staticmethod
-    def forward(ctx, a, dtype):
+    def forward(ctx: Context, a: Tensor, dtype: str) -> Tensor:
         ctx.save(dtype=a.dtype)
         return a.backend.cast(a, dtype)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Context, g: Tensor) -> tuple:
         src = ctx.extra["dtype"]
         return (g.to(src) if src == "float32" else None), None
 
 
-# ---- creation -----------------------------------------------------------------------------------
-
-def _default_backend() -> "TensorBackend":
-    from .fast_ops import FastBackend
-    return FastBackend
-
-
-def _check_dtype(dtype: str) -> None:
-    if dtype not in DTYPES:
-        raise MiniTorchError(f"dtype {dtype!r} not supported on CPU; use one of {sorted(DTYPES)}")
-
-
-def from_numpy(arr: np.ndarray, backend: Optional["TensorBackend"] = None, dtype: Optional[str] = None) -> "Tensor":
-    """Wrap a numpy array. float32/int64 CPU arrays with non-negative strides share memory (no copy);
-    other dtypes are converted (float -> float32, int/bool -> int64 unless dtype says otherwise)."""
-    from .tensor import Tensor
-    backend = backend or _default_backend()
-    arr = np.asarray(arr)
-    if dtype is None:
-        dtype = "int64" if arr.dtype.kind in "iub" else "float32"
-    _check_dtype(dtype) if not backend.cuda else None
-    np_dtype = DTYPES.get(dtype, np.float32)
-    if arr.dtype != np_dtype:
-        arr = arr.astype(np_dtype)
-    if not backend.cuda:
-        itemsize = arr.itemsize
-        ok = all(s >= 0 and s % itemsize == 0 for s in arr.strides)
-        if not ok:
-            arr = np.ascontiguousarray(arr)
-        strides = tuple(s // itemsize for s in arr.strides)
-        if arr.size == 0:
-            storage = np.empty(0, dtype=np_dtype)
-            strides = strides_from_shape(arr.shape)
-        else:
-            span = 1 + sum((n - 1) * s for n, s in zip(arr.shape, strides))
-            storage = np.lib.stride_tricks.as_strided(arr, shape=(span,), strides=(itemsize,))
-        return Tensor(TensorData(storage, arr.shape, strides, dtype), backend)
-    arr = np.ascontiguousarray(arr)
-    return Tensor(TensorData(backend.asarray(arr.reshape(-1)), arr.shape, None, dtype), backend)
-
-
-def tensor(data: Any, backend: Optional["TensorBackend"] = None, dtype: str = "float32",
-           requires_grad: bool = False) -> "Tensor":
-    """A new tensor from nested lists / numbers / arrays (always a copy)."""
-    _check_dtype(dtype)
-    arr = np.array(data, dtype=DTYPES[dtype])
-    t = from_numpy(arr, backend=backend, dtype=dtype)
-    t.requires_grad = requires_grad
-    return t
-
-
-def _shape_arg(shape: Any) -> Tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)):
-        shape = (int(shape),)
-    shape = tuple(int(s) for s in shape)
-    if any(s < 0 for s in shape):
-        raise MiniTorchError(f"negative dimension in shape {shape}")
-    return shape
-
-
-def full(shape: Any, value: float, backend: Optional["TensorBackend"] = None, dtype: str = "float32") -> "Tensor":
-    """A new tensor filled with value."""
-    from .tensor import Tensor
-    backend = backend or _default_backend()
-    shape = _shape_arg(shape)
-    storage = backend.empty(prod(shape), dtype)
-    storage.fill(value)
-    return Tensor(TensorData(storage, shape, None, dtype), backend)
-
-
-def zeros(shape: Any, backend: Optional["TensorBackend"] = None, dtype: str = "float32") -> "Tensor":
-    return full(shape, 0, backend=backend, dtype=dtype)
-
-
-def ones(shape: Any, backend: Optional["TensorBackend"] = None, dtype: str = "float32") -> "Tensor":
-    return full(shape, 1, backend=backend, dtype=dtype)
-
-
-def arange(n: int, backend: Optional["TensorBackend"] = None, dtype: str = "int64") -> "Tensor":
-    _check_dtype(dtype)
-    return from_numpy(np.arange(n, dtype=DTYPES[dtype]), backend=backend, dtype=dtype)
-
-
-def rand(shape: Any, backend: Optional["TensorBackend"] = None, seed: Optional[int] = None,
-         requires_grad: bool = False) -> "Tensor":
-    """Uniform [0, 1) float32 values (numpy generator, seedable)."""
-    arr = np.random.default_rng(seed).random(_shape_arg(shape), dtype=np.float32)
-    t = from_numpy(arr, backend=backend)
-    t.requires_grad = requires_grad
-    return t
-
+# ---- op wrappers ------------------------------------------------------------------------------
 
 def where(cond: "Tensor", a: Any, b: Any) -> "Tensor":
     """Elementwise cond != 0 ? a : b with broadcasting (a/b may be scalars)."""

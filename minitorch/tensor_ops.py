@@ -7,7 +7,6 @@ rmsnorm, attention, ...) have a reference composition here that FastOps/CudaOps 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
@@ -15,11 +14,10 @@ import numpy as np
 from . import operators
 from .autodiff import no_grad
 from .tensor import Tensor
-from .tensor_data import (DTYPES, MiniTorchError, TensorData, broadcast_strides, index_to_position,
-                          shape_broadcast, strides_from_shape, to_index)
-from .tensor_functions import from_numpy, zeros
+from .tensor_data import (DTYPES, MiniTorchError, TensorData, broadcast_strides, contiguous_strides,
+                          index_to_position, shape_broadcast, to_index)
+from .tensor_creation import from_numpy
 
-contiguous_strides = lru_cache(maxsize=8192)(strides_from_shape)
 
 
 def new_tensor(backend: "TensorBackend", shape: Tuple[int, ...], dtype: str) -> Tensor:
@@ -31,6 +29,14 @@ def new_tensor(backend: "TensorBackend", shape: Tuple[int, ...], dtype: str) -> 
                   backend)
 
 
+def check_writable(out: Tensor) -> None:
+    """MiniTorchError (not a numba typing crash) when writing into read-only storage (e.g. an mmap)."""
+    flags = getattr(out._tensor.storage, "flags", None)
+    if flags is not None and not getattr(flags, "writeable", True):
+        raise MiniTorchError(f"cannot write into a read-only tensor of shape {out.shape} "
+                             "(from_numpy of a read-only array); copy it first")
+
+
 def map_out(name: str, a: Tensor, out: Optional[Tensor]) -> Tensor:
     """Output tensor for a map: a's shape (or the given out, which a must broadcast to)."""
     if out is None:
@@ -40,6 +46,7 @@ def map_out(name: str, a: Tensor, out: Optional[Tensor]) -> Tensor:
         return new_tensor(a.backend, a._tensor.shape, dt)
     if out.backend is not a.backend:
         raise MiniTorchError(f"out is on backend {out.backend.name}, input on {a.backend.name}")
+    check_writable(out)
     broadcast_strides(a.shape, a.strides, out.shape)  # raises naming the shapes
     return out
 
@@ -59,8 +66,10 @@ def zip_prepare(name: str, a: Tensor, b: Tensor, out: Optional[Tensor]) -> Tuple
     shape = sa if sa == sb else shape_broadcast(sa, sb)
     if out is None:
         out = new_tensor(a.backend, shape, "float32" if name in operators.COMPARISONS else da)
-    elif shape_broadcast(shape, out.shape) != out.shape:
-        raise MiniTorchError(f"result of shapes {sa} and {sb} does not fit out of shape {out.shape}")
+    else:
+        if shape_broadcast(shape, out.shape) != out.shape:
+            raise MiniTorchError(f"result of shapes {sa} and {sb} does not fit out of shape {out.shape}")
+        check_writable(out)
     return a, b, out
 
 
@@ -69,8 +78,11 @@ def where_prepare(c: Tensor, a: Tensor, b: Tensor, out: Optional[Tensor]) -> Tup
     if c.backend is not a.backend:
         raise MiniTorchError(f"tensors on different backends: {c.backend.name} and {a.backend.name}")
     shape = shape_broadcast(c.shape, shape_broadcast(a.shape, b.shape))
-    if out is not None and shape_broadcast(shape, out.shape) != out.shape:
-        raise MiniTorchError(f"where of shapes {c.shape}, {a.shape}, {b.shape} does not fit out of shape {out.shape}")
+    if out is not None:
+        if shape_broadcast(shape, out.shape) != out.shape:
+            raise MiniTorchError(f"where of shapes {c.shape}, {a.shape}, {b.shape} does not fit out "
+                                 f"of shape {out.shape}")
+        check_writable(out)
     if out is None:
         dt = a.dtype if a.dtype == b.dtype else "float32"
         out = new_tensor(a.backend, shape, dt)
@@ -87,7 +99,8 @@ def matmul_shape(a: Tensor, b: Tensor) -> Tuple[int, ...]:
     if a.dims < 2 or b.dims < 2:
         raise MiniTorchError(f"matmul needs >= 2-d operands, got shapes {a.shape} and {b.shape}")
     if a.shape[-1] != b.shape[-2]:
-        raise MiniTorchError(f"matmul shape mismatch: {a.shape} @ {b.shape} (inner dims {a.shape[-1]} != {b.shape[-2]})")
+        raise MiniTorchError(f"matmul shape mismatch: {a.shape} @ {b.shape} "
+                             f"(inner dims {a.shape[-1]} != {b.shape[-2]})")
     if a.dtype != b.dtype:
         raise MiniTorchError(f"matmul dtype mismatch: {a.dtype} @ {b.dtype}")
     try:
@@ -333,6 +346,8 @@ class SimpleOps(TensorOps):
             out = new_tensor(a.backend, shape, a.dtype)
         elif out.shape != shape:
             raise MiniTorchError(f"matmul result shape {shape} does not match out of shape {out.shape}")
+        else:
+            check_writable(out)
         at, bt, ot = a._tensor, b._tensor, out._tensor
         batch = shape[:-2]
         a_str = broadcast_strides(at.shape[:-2], at.strides[:-2], batch)

@@ -96,7 +96,7 @@ def profile_step(cp: Any, dec: Any, T: int) -> Dict[str, float]:
         s.record()
         lib.launch(name, grid, block, args, shared_mem)
         e.record()
-        label = f"{name} N={int(args[5])} K={int(args[6])}" if name.startswith("gemv") else name
+        label = f"{name} N={int(args[7])} K={int(args[8])}" if name.startswith("gemv") else name
         evs.append((label, s, e))
 
     def linear(x: int, w: int, y: int, M: int, N: int, K: int, *rest: Any) -> None:
@@ -132,8 +132,9 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
 
     max_len = args.prompt + args.new + 16
     t0 = time.perf_counter()
-    w = random_weights(cfg, seed=0)
-    dec = CudaDecoder(cfg, w, max_len=max_len, max_tokens=max(args.prompt, 9), gemv=args.gemv)
+    w = random_weights(cfg, seed=0) if args.model is None else args.weights
+    dec = CudaDecoder(cfg, w, max_len=max_len, max_tokens=max(args.prompt, 9), gemv=args.gemv,
+                      fuse_norm=args.fuse_norm, pdl={"auto": None, "on": True, "off": False}[args.pdl])
     del w
     cp.get_default_memory_pool().free_all_blocks()
     setup = time.perf_counter() - t0
@@ -227,10 +228,24 @@ def bench_hf(cfg: Any, args: argparse.Namespace, compiled: bool) -> float:
     ids = torch.randint(0, cfg.vocab_size, (1, args.prompt), device="cuda")
     kw = dict(max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False)
     if compiled:
+        # the documented recipe: a static cache makes generate() compile the decode forward itself
+        # (torch.compile, mode "reduce-overhead" = CUDA graphs); wrapping model.forward in a second
+        # torch.compile on top of that overwrote CUDA-graph outputs still in use (call 4)
         model.generation_config.cache_implementation = "static"
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        if args.hf_manual_compile:  # fallback: our own compile, generate's auto-compile off
+            model.generation_config.disable_compile = True
+            fwd = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+
+            def step(*a: Any, **k: Any) -> Any:
+                torch.compiler.cudagraph_mark_step_begin()  # each call is a new CUDA-graph iteration
+                out = fwd(*a, **k)
+                out.logits = out.logits.clone()  # generate() keeps the logits past the next replay
+                return out
+
+            model.forward = step
+    warm = dict(kw, max_new_tokens=16, min_new_tokens=16) if not compiled else kw
     for _ in range(2 if compiled else 1):
-        model.generate(ids, **dict(kw, max_new_tokens=16 if not compiled else args.new, min_new_tokens=16 if not compiled else args.new))
+        model.generate(ids, **warm)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     out = model.generate(ids, **kw)
@@ -243,16 +258,27 @@ def bench_hf(cfg: Any, args: argparse.Namespace, compiled: bool) -> float:
 
 
 def main(argv: List[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", action="append", choices=sorted(SHAPES), help="named real shape (repeatable); default both")
+    ap.add_argument("--model", help="bench this model's real weights instead (name, HF folder or .gguf; see load_model)")
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens (default 128)")
     ap.add_argument("--new", type=int, default=256, help="new tokens to generate (default 256)")
     ap.add_argument("--baselines", choices=["none", "eager", "all"], default="none",
                     help="also time transformers eager ('eager') and static cache + torch.compile ('all')")
     ap.add_argument("--spec", action="store_true", help="speculative decoding 7B target <- 1.5B draft, forced patterns")
     ap.add_argument("--gammas", type=int, nargs="+", default=[4], help="draft lengths for --spec (default 4)")
-    ap.add_argument("--gemv", choices=["ours", "cublas"], default="ours",
-                    help="products of decode/verify steps: our bf16 GEMV kernel (default) or cuBLAS")
+    ap.add_argument("--gemv", choices=["ours", "ours1", "cublas"], default="ours1",
+                    help="products of decode/verify steps: our bf16 GEMV for one-token steps and cuBLAS "
+                         "for verify steps (ours1, default), ours for steps of <= 16 tokens (ours), or "
+                         "cuBLAS everywhere")
+    ap.add_argument("--fuse-norm", action="store_true",
+                    help="compute RMSNorm inside our GEMVs (slower on the H200: each block re-reduces the row)")
+    ap.add_argument("--pdl", choices=["auto", "on", "off"], default="auto",
+                    help="programmatic dependent launch (each kernel's start overlaps the previous one's tail): "
+                         "auto = on for compute capability >= 9.0 (default)")
+    ap.add_argument("--baselines-only", action="store_true", help="skip our decoder; time only the transformers baselines")
+    ap.add_argument("--hf-manual-compile", action="store_true",
+                    help="static+compile baseline: compile model.forward ourselves instead of generate()'s auto-compile")
     ap.add_argument("--profile", action="store_true", help="print GPU time per kernel of one step (T=1 and T=5)")
     ap.add_argument("--json", type=Path, help="write all numbers to this JSON file")
     args = ap.parse_args(argv)
@@ -268,20 +294,37 @@ def main(argv: List[str] | None = None) -> int:
     dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     bw = copy_bandwidth(cp)
     print(f"device {dev}; measured copy bandwidth {bw / 1e9:.0f} GB/s; prompt {args.prompt}, new {args.new}, "
-          f"greedy, bf16, gemv={args.gemv}")
+          f"greedy, bf16, gemv={args.gemv}, fuse_norm={args.fuse_norm}, pdl={args.pdl}")
     shapes = args.shape or ["r1-distill-qwen-1.5b", "r1-distill-qwen-7b"]
+    args.weights = None
+    if args.model is not None:  # real weights: loaded on the CPU once, uploaded as bf16
+        from minitorch.cuda_decode import weights_from_model
+        from minitorch.models import load_model
+
+        try:
+            model, _ = load_model(args.model, dtype="float32")
+        except (ValueError, OSError) as e:
+            print(f"bench_throughput: {e}", file=sys.stderr)
+            return 2
+        args.weights = weights_from_model(model)
+        SHAPES[args.model] = {k: getattr(model.config, k) for k in SHAPES["r1-distill-qwen-7b"]}
+        shapes = [args.model]
+        del model
+    if args.spec and args.model is not None:
+        print("bench_throughput: --spec uses the named random shapes; drop --model", file=sys.stderr)
+        return 2
     if args.spec:
         shapes = sorted(set(shapes) | set(SHAPES))
     results: Dict[str, Any] = dict(device=dev, copy_bw=bw, shapes={})
     decs = {}
-    for name in shapes:
+    for name in ([] if args.baselines_only else shapes):
         r = bench_ours(name, cfg_of(name), args, bw)
         decs[name] = r.pop("decoder")
         results["shapes"][name] = r
         if not args.spec:
             del decs[name]
             cp.get_default_memory_pool().free_all_blocks()
-    if args.spec:
+    if args.spec and not args.baselines_only:
         results["spec"] = bench_spec(decs["r1-distill-qwen-7b"], decs["r1-distill-qwen-1.5b"], args)
         c = results["shapes"]["r1-distill-qwen-1.5b"]["step_ms"] / results["shapes"]["r1-distill-qwen-7b"]["step_ms"]
         results["cost_ratio_c"] = c
@@ -295,19 +338,22 @@ def main(argv: List[str] | None = None) -> int:
             print("transformers baselines skipped: torch is not importable")
         else:
             for name in shapes:
-                for compiled in ([False, True] if args.baselines == "all" else [False]):
+                modes = [False, True] if args.baselines == "all" else [False]
+                for compiled in ([True] if args.hf_manual_compile else modes):
                     label = "static+compile" if compiled else "eager"
                     try:
                         tps = bench_hf(cfg_of(name), args, compiled)
                     except Exception as e:  # a baseline failing must not hide our numbers
                         print(f"[{name}] transformers {label}: failed ({type(e).__name__}: {str(e)[:200]})")
                         continue
-                    results["shapes"][name][f"hf_{label}"] = tps
+                    results["shapes"].setdefault(name, {})[f"hf_{label}"] = tps
                     print(f"[{name}] transformers {label}: {tps:.1f} tokens/sec")
     print("\nshape                  ours tok/s  GB/s  %bound  verify(g=4)  hf eager  hf compile")
+    nan = float("nan")
     for name, r in results["shapes"].items():
-        print(f"{name:22s} {r['tok_s_sync_each']:10.1f} {r['gb_s']:5.0f} {100 * r['share_of_bound']:6.0f}% "
-              f"{r['verify_ratio'][4]:10.2f}x {r.get('hf_eager', float('nan')):9.1f} "
+        print(f"{name:22s} {r.get('tok_s_sync_each', nan):10.1f} {r.get('gb_s', nan):5.0f} "
+              f"{100 * r.get('share_of_bound', nan):6.0f}% {r.get('verify_ratio', {}).get(4, nan):10.2f}x "
+              f"{r.get('hf_eager', nan):9.1f} "
               f"{r.get('hf_static+compile', float('nan')):10.1f}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))

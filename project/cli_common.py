@@ -139,6 +139,17 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
                   stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0)
 
 
+def warm_up(models: Models) -> None:
+    """One short forward per model, so that first-run costs (weights paged in from disk, kernel
+    compilation) are not billed to whichever generation happens to run first."""
+    from minitorch import no_grad
+
+    with no_grad():
+        for model in (models.target, models.draft):
+            if model is not None:
+                model([0, 1], model.new_cache(2))
+
+
 def encode_prompt(tok: Any, text: str, chat: bool, system: str | None = None) -> list[int]:
     """Token ids of the prompt, through the model's chat template when chat is on."""
     if not text.strip():

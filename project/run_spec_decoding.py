@@ -23,7 +23,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # minitorch from t
 
 from cli_common import (
     Models, OneLineParser, UserError, add_model_args, add_sampling_args, add_spec_args, check_spec_args,
-    encode_prompt, load_models, run_cli, sampling_from_args)
+    encode_prompt, load_models, run_cli, sampling_from_args, warm_up)
 from minitorch.generation import GenerationResult, SamplingConfig, generate, speculative_generate
 
 DEFAULT_PROMPT = (
@@ -234,6 +234,7 @@ def ensure_draft(models: Models, args: argparse.Namespace) -> None:
     if models.draft is None:
         loaded = load_models(argparse.Namespace(**{**vars(args), "drafter": "model"}))
         models.draft, models.vocab_size = loaded.draft, loaded.vocab_size
+        warm_up(models)
 
 
 def interactive_loop(models: Models, s: Settings, args: argparse.Namespace) -> int:
@@ -279,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                  drafter=args.drafter, max_new_tokens=args.max_new_tokens, chat=args.chat, stream=args.stream)
     s.runs["target"] = not args.no_baseline
     models = load_models(args, progress=not args.json)
+    warm_up(models)
     if args.interactive:
         print(f"[loaded {args.target}" + (f" + {args.draft}" if models.draft is not None else "")
               + f" in {models.load_seconds:.1f} s]")

@@ -179,6 +179,18 @@ def test_existing_output_without_resume_is_one_line_error(tmp_path, data_file, c
     assert err.count("\n") == 1 and "--resume" in err and engine.calls == []
 
 
+def test_summary_command_and_json_list_data_file(tmp_path, capsys):
+    data = tmp_path / "problems.json"
+    data.write_text(json.dumps([{"id": 7, "problem": PROBLEMS[0]["question"], "answer": 13.0}]))
+    out = tmp_path / "r.jsonl"
+    assert run(["--data-file", str(data), "-o", str(out), "--no-plots"], FakeEngine()) == 0
+    assert read_results(out)[0]["id"] == "problems-7" and read_results(out)[0]["correct"]
+    (tmp_path / "r.summary.json").unlink()
+    capsys.readouterr()
+    assert main(GSM8K, ["summary", str(out), "--no-plots"]) == 0
+    assert "spec" in capsys.readouterr().out and (tmp_path / "r.summary.json").is_file()
+
+
 def test_resume_with_other_settings_is_refused(tmp_path, data_file, capsys):
     out = tmp_path / "r.jsonl"
     assert run(["--data-file", str(data_file), "--limit", "1", "-o", str(out), "--no-plots"], FakeEngine()) == 0

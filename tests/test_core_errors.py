@@ -47,6 +47,10 @@ def test_bad_shapes_and_dims(backend):
         nn.attention(z(1, 2, 1, 4), z(1, 2, 2, 4), z(1, 2, 2, 4), None, 2)
     with pytest.raises(MiniTorchError, match="even D"):
         nn.rope(z(1, 2, 3), z(2, 3), z(2, 3))
+    with pytest.raises(MiniTorchError, match=r"expand shape \(2, 3\)"):
+        z(2, 3).expand(-1, 2, 3)
+    with pytest.raises(MiniTorchError, match=r"\(2, 3\) to \(4, 3\)"):
+        z(2, 3).expand(4, 3)
     with pytest.raises(MiniTorchError, match="differ off that dim"):
         nn.cat([z(2, 3), z(3, 3)], 1)
 
@@ -65,6 +69,20 @@ def test_dtype_misuse(backend):
         ids @ minitorch.zeros((2, 2), backend=backend)
     with pytest.raises(MiniTorchError, match="not supported"):
         minitorch.zeros((2,), backend=backend, dtype="float16")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_writing_into_read_only_storage(backend):
+    if backend.cuda:
+        pytest.skip("host arrays only")
+    arr = np.zeros((2, 3), np.float32)
+    arr.flags.writeable = False
+    t = minitorch.from_numpy(arr, backend=backend)
+    assert (t + 1.0).to_numpy().sum() == 6.0          # reading is fine
+    with pytest.raises(MiniTorchError, match=r"read-only tensor of shape \(2, 3\)"):
+        t.copy_(minitorch.ones((2, 3), backend=backend))
+    with pytest.raises(MiniTorchError, match="read-only"):
+        backend.add_zip(t, t, out=t)
 
 
 def test_error_is_valueerror():

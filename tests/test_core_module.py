@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import minitorch
-from minitorch import SGD, Adam, Module, Parameter, nn
+from minitorch import SGD, Adam, Module, Parameter
 from backends import BACKENDS, np_of
 
 

@@ -207,7 +207,8 @@ def test_decoder_block_composition(backend):
         o = att(rope_(q, c, s), rope_(k, c, s), v).permute(0, 2, 1, 3).reshape(1, t, hq * hd)
         x = x + lin(o, P["wo"])
         h = rms(x, P["n2"])
-        x = x + lin((F.silu(lin(h, P["wg"])) * lin(h, P["wu"])) if lib == "th" else nn.silu_mul(lin(h, P["wg"]), lin(h, P["wu"])), P["wd"])
+        g, u = lin(h, P["wg"]), lin(h, P["wu"])
+        x = x + lin(F.silu(g) * u if lib == "th" else nn.silu_mul(g, u), P["wd"])
         logp = smx(lin(x, P["head"]), -1)                                         # (1, T, V)
         if lib == "mt":
             onehot = np.eye(v_sz, dtype=np.float32)[targets][None]

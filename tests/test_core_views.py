@@ -121,3 +121,12 @@ def test_creation_helpers():
         s = minitorch.tensor(3.0, backend=backend)
         assert s.shape == () and s.item() == 3.0
         assert minitorch.to_backend(s, minitorch.SimpleBackend).backend is minitorch.SimpleBackend
+
+
+def test_iteration_and_derived_comparisons():
+    t = minitorch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    rows = [np_of(r).tolist() for r in t]
+    assert rows == [[1.0, 2.0], [3.0, 4.0]]
+    assert np_of(t != 2.0).tolist() == [[1, 0], [1, 1]]
+    assert np_of(t <= 2.0).tolist() == [[1, 1], [0, 0]]
+    assert np_of(t >= 3.0).tolist() == [[0, 0], [1, 1]]

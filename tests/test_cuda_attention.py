@@ -150,13 +150,67 @@ def test_gemv_bf16_all_outputs(T, N, K):
     yf = cp.full((T, N), np.nan, cp.float32)  # poisoned: every element must be written
     yb = cp.zeros((T, N), cp.uint16)
     resid = cp.asarray(np.ones((T, N), np.float32))
-    grid = (min((N + 7) // 8, 1056),)
+    grid = ((N + 3) // 4 if tm <= 8 else (N + 1) // 2,)
     dims = (np.int32(N), np.int32(K), np.int32(T), np.int32(K))
-    kernels().launch(f"gemv{tm}_bf16", grid, (256,), (wv.storage, xv.storage, z, yf, z) + dims)
-    kernels().launch(f"gemv{tm}_bf16", grid, (256,), (wv.storage, xv.storage, yb, z, z) + dims)
-    kernels().launch(f"gemv{tm}_bf16", grid, (256,), (wv.storage, xv.storage, z, z, resid) + dims)
+    head = (wv.storage, xv.storage, z, np.float32(0))
+    kernels().launch(f"gemv{tm}_bf16", grid, (256,), head + (z, yf, z) + dims)
+    kernels().launch(f"gemv{tm}_bf16", grid, (256,), head + (yb, z, z) + dims)
+    kernels().launch(f"gemv{tm}_bf16", grid, (256,), head + (z, z, resid) + dims)
     np.testing.assert_allclose(yf.get(), want, rtol=1e-4, atol=1e-4)
     from cuda_helpers import from_bf16_bits
 
     np.testing.assert_allclose(from_bf16_bits(yb.get()), want, rtol=1e-2, atol=1e-2)
     np.testing.assert_allclose(resid.get(), want + 1, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("T", [1, 5, 16])
+def test_gemv_silu_fused_down_projection(T):
+    import cupy as cp
+
+    from minitorch.cuda_runtime import kernels
+
+    r = np.random.default_rng(T)
+    N, K = 333, 1000
+    gu = r.standard_normal((T, 2 * K)).astype(np.float32)
+    w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
+    g, u = round_bf16(gu[:, :K]).astype(np.float64), round_bf16(gu[:, K:]).astype(np.float64)
+    act = round_bf16((g / (1 + np.exp(-g)) * u).astype(np.float32))  # the kernel rounds silu(g) * u to bf16
+    want = act.astype(np.float64) @ round_bf16(w).astype(np.float64).T
+    tm = 1 if T == 1 else 8 if T <= 8 else 16
+    yf = cp.full((T, N), np.nan, cp.float32)
+    z = np.uint64(0)
+    kernels().launch(f"gemv{tm}_silu_bf16", ((N + 3) // 4 if tm <= 8 else (N + 1) // 2,), (256,),
+                     (up(w, "bfloat16").storage, up(gu, "bfloat16").storage, z, np.float32(0), z, yf, z,
+                      np.int32(N), np.int32(K), np.int32(T), np.int32(2 * K)))
+    np.testing.assert_allclose(yf.get(), want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("T", [1, 3, 8, 16])
+def test_gemv_norm_fused_projection_equals_add_rmsnorm_then_gemv(T):
+    import cupy as cp
+
+    from minitorch.cuda_launch import add_rmsnorm, empty, view_of
+    from minitorch.cuda_runtime import kernels
+
+    r = np.random.default_rng(10 + T)
+    N, K = 203, 1536
+    resid = (3 * r.standard_normal((T, K))).astype(np.float32)
+    nw = (1 + 0.1 * r.standard_normal(K)).astype(np.float32)
+    w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
+    wv, nwv = up(w, "bfloat16"), up(nw, "bfloat16")
+    z = np.uint64(0)
+    tm = 1 if T == 1 else 4 if T <= 4 else 8 if T <= 8 else 16
+    grid = ((N + 3) // 4 if tm <= 8 else (N + 1) // 2,)
+    fused = cp.full((T, N), np.nan, cp.float32)
+    kernels().launch(f"gemv{tm}_norm_bf16", grid, (256,),
+                     (wv.storage, cp.asarray(resid), nwv.storage, np.float32(1e-6), z, fused, z, np.int32(N),
+                      np.int32(K), np.int32(T), np.int32(K)))
+    xn = empty((T, K), "bfloat16")
+    add_rmsnorm(view_of(cp.asarray(resid)), None, nwv, xn, 1e-6)
+    plain = cp.full((T, N), np.nan, cp.float32)
+    kernels().launch(f"gemv{tm}_bf16", grid, (256,), (wv.storage, xn.storage, z, np.float32(0), z, plain, z,
+                                                       np.int32(N), np.int32(K), np.int32(T), np.int32(K)))
+    np.testing.assert_allclose(fused.get(), plain.get(), rtol=2e-3, atol=2e-3)  # same bf16 inputs up to rounding ties
+    h = resid.astype(np.float64)
+    xr = round_bf16((h / np.sqrt((h ** 2).mean(-1, keepdims=True) + 1e-6)).astype(np.float32)) * round_bf16(nw)
+    np.testing.assert_allclose(fused.get(), round_bf16(xr.astype(np.float32)) @ round_bf16(w).T, rtol=2e-2, atol=2e-2)

@@ -134,6 +134,9 @@ def test_argmax(dtype):
     for i, (rows, n) in enumerate([(1, 1), (3, 17), (5, 1025), (2, 152064), (9, 151936)]):
         x = rng(300 + i).standard_normal((rows, n)).astype(np.float32)
         x[0, n // 2] = 50.0  # a clear winner in row 0
+        if rows > 2 and n > 3:
+            x[1, 3] = x[1, n - 1] = 60.0  # a tie: the lowest index wins
+            x[2, n - 2] = np.nan  # NaN wins, as in numpy
         xv = up(x, dtype)
         out = empty((rows,), "int64")
         argmax_rows(xv, out)

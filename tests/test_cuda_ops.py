@@ -160,3 +160,15 @@ def test_nvrtc_fallback_compiles_the_same_sources(tmp_path, capsys):
     want = np.exp(xh - xh.max(-1, keepdims=True))
     np.testing.assert_allclose(out.get(), want / want.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
     del View
+
+
+def test_bf16_creation_from_numpy_and_full(cuda):
+    """from_numpy(dtype='bfloat16') and full/ones in bf16 store real bf16 bits, not float32 bits."""
+    x = np.linspace(-3, 3, 37, dtype=np.float32).reshape(1, 37)
+    t = minitorch.from_numpy(x, backend=cuda, dtype="bfloat16")
+    assert t.dtype == "bfloat16"
+    np.testing.assert_array_equal(t.to_numpy(), round_bf16(x))
+    o = minitorch.full((3, 5), 1.5, backend=cuda, dtype="bfloat16")
+    assert o.dtype == "bfloat16"
+    np.testing.assert_array_equal(o.to_numpy(), np.full((3, 5), 1.5, np.float32))
+    np.testing.assert_array_equal(minitorch.ones((2,), backend=cuda, dtype="bfloat16").to_numpy(), [1.0, 1.0])

@@ -66,6 +66,15 @@ def test_processors_match_transformers(seed, vocab, temperature, top_k, top_p):
     assert abs(ours.sum() - 1.0) < 1e-12
 
 
+@pytest.mark.parametrize("top_p", [0.5, 0.9, 0.99, 0.999999])
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_top_p_on_a_large_vocabulary_matches_transformers(top_p, scale):
+    # large enough that the nucleus search works on a partial sort (k < V) or grows to all of it
+    row = np.random.default_rng(1).standard_t(df=3, size=5000).astype(np.float32) * scale
+    cfg = SamplingConfig(temperature=1.0, top_p=top_p)
+    np.testing.assert_allclose(logits_to_probs(row, cfg), _hf_probs(row, 1.0, 0, top_p), atol=1e-9)
+
+
 def test_sample_frequencies_match_probs():
     # 40,000 draws from a known 5-way distribution: each frequency within 5 standard errors
     probs = np.array([0.5, 0.0, 0.3, 0.15, 0.05])

@@ -2,7 +2,6 @@
 handling, cache rollback, statistics bookkeeping, argument errors."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from minitorch.generation import (

@@ -75,6 +75,19 @@ def test_cached_equals_uncached_and_multi_token_verify(pair: tuple[Any, Qwen2For
     np.testing.assert_allclose(np.concatenate(parts), full, atol=1e-5, rtol=0)
 
 
+def test_last_n_logits(pair: tuple[Any, Qwen2ForCausalLM]) -> None:
+    _, ours = pair
+    ids = _prompt(7, ours.config.vocab_size, seed=9)
+    full = _ours(ours, ids)
+    with minitorch.no_grad():
+        cache = ours.new_cache(16)
+        last = ours(ids, cache, last_n=2).to_numpy()[0]
+        assert cache.length == 7
+    np.testing.assert_allclose(last, full[-2:], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="last_n must be in"):
+        ours(ids, last_n=0)
+
+
 def test_rollback_then_redecode_equals_fresh(pair: tuple[Any, Qwen2ForCausalLM]) -> None:
     _, ours = pair
     v = ours.config.vocab_size

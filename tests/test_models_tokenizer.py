@@ -46,6 +46,16 @@ def test_gguf_tokenizer_matches_transformers(tmp_path: Path) -> None:
     assert ours.stop_token_ids == {ours.encode("<|im_end|>")[0], ours.encode("<|endoftext|>")[0]}
 
 
+def test_load_tokenizer_from_gguf_without_dequantizing(tmp_path: Path) -> None:
+    from minitorch.models import load_tokenizer
+
+    path = write_gguf(tmp_path / "tiny.gguf", hf_qwen2(), tiny_bpe())
+    tok = load_tokenizer(path, cache_dir=tmp_path / "cache", progress=False)
+    assert tok.encode("<|im_end|>") == [402] and tok.source == str(path)
+    assert not (tmp_path / "cache" / "dequant").exists()  # no weights were touched
+    assert load_tokenizer(path, cache_dir=tmp_path / "cache", progress=False).vocab_size == 403  # cached
+
+
 def test_folder_tokenizer_matches_transformers_qwen(tmp_path: Path) -> None:
     tk = tiny_bpe()
     tk.save(str(tmp_path / "tokenizer.json"))

@@ -23,6 +23,22 @@ template <> __device__ __forceinline__ bf16_t from_f<bf16_t>(float x) {
   return (bf16_t)(u >> 16);
 }
 
+// Programmatic dependent launch (sm_90+). A kernel launched with the PDL attribute may start while
+// its predecessor in the stream is still running: pdl_wait() blocks until the predecessor grid has
+// completed and its writes are visible, so it must come before any read or write of data another
+// kernel produces or consumes. pdl_trigger() lets the successor launch early (it then waits in its own
+// pdl_wait). Both are no-ops on older GPUs and for kernels launched without the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

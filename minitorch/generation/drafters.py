@@ -1,7 +1,8 @@
 """Drafters: whatever proposes the next few tokens for the target to verify.
 
 One small interface (`Drafter`):
-- `start(prompt_ids, max_len)`: a new generation begins (a model drafter prefills its own cache).
+- `start(prompt_ids, max_len, vocab_size)`: a new generation begins; drafts are drawn from the first
+  vocab_size tokens (the vocabulary shared with the target). A model drafter prefills its own cache.
 - `propose(tokens, gamma, cfg, rng) -> (draft_tokens, q)`: up to gamma tokens continuing `tokens`
   (prompt + output so far). q is a (n, V) float64 array with the draft distribution each token was
   sampled from, or None when the draft is deterministic (q is then the point mass on each token).
@@ -27,7 +28,7 @@ class Drafter(Protocol):
     vocab_size: int | None
     forwards: int
 
-    def start(self, prompt_ids: Sequence[int], max_len: int) -> None: ...
+    def start(self, prompt_ids: Sequence[int], max_len: int, vocab_size: int) -> None: ...
 
     def propose(self, tokens: Sequence[int], gamma: int, cfg: SamplingConfig,
                 rng: np.random.Generator) -> tuple[list[int], np.ndarray | None]: ...
@@ -45,12 +46,14 @@ class ModelDrafter:
     def __init__(self, model: Any, vocab_size: int | None = None) -> None:
         self.model = model
         self.vocab_size = int(vocab_size or model.config.vocab_size)
+        self._vocab = self.vocab_size  # the shared vocabulary of the current generation
         self.forwards = 0
         self.cache: Any = None
         self._ids: list[int] = []
 
-    def start(self, prompt_ids: Sequence[int], max_len: int) -> None:
+    def start(self, prompt_ids: Sequence[int], max_len: int, vocab_size: int | None = None) -> None:
         """New cache sized for the whole generation; prefill all prompt tokens but the last."""
+        self._vocab = min(self.vocab_size, int(vocab_size or self.vocab_size))
         self.cache = self.model.new_cache(max_len)
         self._ids = []
         self.forwards = 0
@@ -80,7 +83,7 @@ class ModelDrafter:
         drafts: list[int] = []
         qs: list[np.ndarray] = []
         for i in range(gamma):
-            rows = logits_rows(self.model(feed, self.cache), self.vocab_size)  # (T, V)
+            rows = logits_rows(self.model(feed, self.cache), self._vocab)  # (T, V)
             self.forwards += 1
             self._ids.extend(feed)
             if cfg.greedy:
@@ -110,7 +113,7 @@ class NGramDrafter:
         self.vocab_size: int | None = None
         self.forwards = 0
 
-    def start(self, prompt_ids: Sequence[int], max_len: int) -> None:
+    def start(self, prompt_ids: Sequence[int], max_len: int, vocab_size: int | None = None) -> None:
         self.forwards = 0
 
     def rollback(self, n_tokens: int) -> None:

@@ -91,12 +91,23 @@ def logits_to_probs(row: np.ndarray, cfg: SamplingConfig) -> np.ndarray:
 
 
 def _top_p_filter(probs: np.ndarray, top_p: float) -> np.ndarray:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one), renormalize."""
-    order = np.argsort(-probs, kind="stable")
+    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one), renormalize.
+
+    Only the head of the distribution is sorted: the k most likely tokens (k doubling from 64) are
+    picked with argpartition until their mass reaches top_p, since the nucleus lies inside them.
+    """
+    v = probs.shape[0]
+    k = min(64, v)
+    while True:
+        head = np.argpartition(-probs, k - 1)[:k] if k < v else np.arange(v)
+        if k == v or probs[head].sum() >= top_p:
+            break
+        k = min(4 * k, v)
+    order = head[np.argsort(-probs[head], kind="stable")]
     cum = np.cumsum(probs[order])
     # number kept: first index where the cumulative mass reaches top_p, inclusive
     n_keep = int(np.searchsorted(cum, top_p - 1e-12, side="left")) + 1
-    n_keep = min(max(n_keep, 1), probs.shape[0])
+    n_keep = min(max(n_keep, 1), order.shape[0])
     out = np.zeros_like(probs)
     keep = order[:n_keep]
     out[keep] = probs[keep]

@@ -112,7 +112,6 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     vocab = int(vocab_size or target.config.vocab_size)
     if drafter.vocab_size is not None:
         vocab = min(vocab, int(drafter.vocab_size))
-        drafter.vocab_size = vocab
     stops = set(int(s) for s in (stop_ids or ()))
     rng = cfg.make_rng()
     st = SpecStats()
@@ -124,7 +123,7 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     with timer("prefill"):
         if len(prompt) > 1:
             target(prompt[:-1], cache)
-        drafter.start(prompt, max_len)
+        drafter.start(prompt, max_len, vocab)
     context = list(prompt)
     out: list[int] = []
     g_now = gamma

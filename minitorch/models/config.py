@@ -56,6 +56,8 @@ class Qwen2Config:
         rope_type = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
         if rope_type not in ("default", None):
             raise ModelLoadError(f"rope scaling type {rope_type!r} is not supported (only default rotary embeddings)")
+        if d.get("use_sliding_window"):
+            raise ModelLoadError("sliding-window attention (use_sliding_window: true) is not supported")
         names = {f.name for f in fields(cls)} - {"extra"}
         known = {k: v for k, v in d.items() if k in names and v is not None}
         extra = {k: v for k, v in d.items() if k not in names}

@@ -64,7 +64,7 @@ def gguf_to_hf_name(name: str) -> Optional[str]:
     return None
 
 
-def open_gguf(path: Union[str, Path]):  # -> gguf.GGUFReader
+def open_gguf(path: Union[str, Path]) -> Any:  # a gguf.GGUFReader
     """Open a GGUF file; a missing, corrupt or truncated file is one ModelLoadError naming it."""
     from gguf import GGUFReader
 
@@ -204,9 +204,15 @@ def build_dequant_cache(
         (tmp / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
         tokenizer_files_from_gguf(reader, tmp)
         del reader
+        if (out_dir / "config.json").is_file():
+            return  # another process finished the same cache first; keep theirs (tmp is removed below)
         if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
+            shutil.rmtree(out_dir)  # a stale, incomplete folder
+        try:
+            os.replace(tmp, out_dir)
+        except OSError:
+            if not (out_dir / "config.json").is_file():
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -9,7 +9,7 @@ nn.attention, nn.linear, nn.silu_mul, nn.embedding); the model never looks at th
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -179,8 +179,12 @@ class Qwen2ForCausalLM(Module):
             self._cos = _cast(from_numpy(cos, backend=self.backend), self.dtype)
             self._sin = _cast(from_numpy(sin, backend=self.backend), self.dtype)
 
-    def forward(self, ids: Union[Tensor, Sequence[int]], cache: Optional[KVCache] = None) -> Tensor:
-        """Logits (1, T, V) for ids (1, T); with a cache, positions continue from cache.length."""
+    def forward(self, ids: Union[Tensor, Sequence[int]], cache: Optional[KVCache] = None,
+                last_n: Optional[int] = None) -> Tensor:
+        """Logits (1, T, V) for ids (1, T); with a cache, positions continue from cache.length.
+
+        last_n: only return logits for the last n positions, (1, n, V); a prefill that needs just the
+        next-token distribution skips most of the vocabulary projection (V x D per position)."""
         if not isinstance(ids, Tensor):
             ids = make_tensor([list(ids)], dtype="int64", backend=self.backend)
         if ids.dims != 2 or ids.shape[0] != 1:
@@ -196,14 +200,18 @@ class Qwen2ForCausalLM(Module):
         h = self.model.embed_tokens(ids)  # (1, T, D)
         for i in range(len(self.model.layers)):
             h = self.model.layers[i](h, cos, sin, cache, i)
-        h = self.model.norm(h)
         if cache is not None:
             cache.advance(t)
+        if last_n is not None:
+            if not 1 <= last_n <= t:
+                raise ValueError(f"last_n must be in [1, {t}], got {last_n}")
+            h = h.narrow(1, t - last_n, last_n)  # (1, last_n, D)
+        h = self.model.norm(h)
         head = self.model.embed_tokens.weight.value if self.lm_head is None else self.lm_head.weight.value
         return nn.linear(h, head)  # (1, T, V)
 
     # -- weights -----------------------------------------------------------------------------
-    def load_weights(self, weights: dict[str, np.ndarray], source: str = "") -> None:
+    def load_weights(self, weights: Mapping[str, np.ndarray], source: str = "") -> None:
         """Set every parameter from checkpoint arrays keyed by HF name (float32 numpy, may be mmaps)."""
         from .. import from_numpy
         from .errors import ModelLoadError
@@ -212,12 +220,13 @@ class Qwen2ForCausalLM(Module):
             arr = weights.get(name)
             if arr is None:
                 raise ModelLoadError(f"checkpoint {source} lacks weight {name}")
-            expected = self._expected_shape(name)
+            expected = self.expected_shape(name)
             if tuple(arr.shape) != expected:
                 raise ModelLoadError(f"checkpoint {source}: weight {name} has shape {tuple(arr.shape)}, expected {expected}")
             param.update(_cast(from_numpy(np.ascontiguousarray(arr, dtype=np.float32), backend=self.backend), self.dtype))
 
-    def _expected_shape(self, name: str) -> tuple[int, ...]:
+    def expected_shape(self, name: str) -> tuple[int, ...]:
+        """Checkpoint shape of parameter `name` (HF key)."""
         c = self.config
         d, hd = c.hidden_size, c.head_dim
         leaf = name.split(".")[-2] + "." + name.split(".")[-1]
@@ -231,6 +240,8 @@ class Qwen2ForCausalLM(Module):
             "down_proj.weight": (d, c.intermediate_size),
         }
         return table.get(leaf, (d,))  # the norms
+
+    _expected_shape = expected_shape  # older name, used by tests in other areas
 
 
 def _cast(t: Tensor, dtype: str) -> Tensor:

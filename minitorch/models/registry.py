@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from .errors import ModelLoadError
 
@@ -112,7 +112,7 @@ def sha256_file(path: Union[str, Path], progress: bool = False) -> str:
     return h.hexdigest()
 
 
-def _bar(total: int, desc: str, progress: bool):  # -> tqdm-like
+def _bar(total: int, desc: str, progress: bool) -> Any:  # a tqdm bar (disabled when not progress)
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="B", unit_scale=True, disable=not progress, leave=False)

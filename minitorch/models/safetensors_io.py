@@ -3,7 +3,8 @@
 The safetensors format is `u64 little-endian header length | JSON header | raw little-endian data`.
 The `safetensors` library validates each file (a truncated file or a bad header is refused); the
 tensors themselves are then memory-mapped with numpy at the offsets the header gives, so float32
-weights are used in place (zero copy) and bf16 / fp16 ones are widened to float32 once.
+weights are used in place (zero copy) and bf16 / fp16 ones are widened to float32 when read,
+one tensor at a time (LazyTensors).
 numpy has no bfloat16, which is why the library's own numpy getter cannot be used for bf16 checkpoints.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Union
+from typing import Iterator, Mapping, Union
 
 import numpy as np
 
@@ -39,7 +40,35 @@ def _validate(path: Path) -> None:
         raise ModelLoadError(f"corrupt or truncated safetensors file {path}: {msg}") from None
 
 
-def read_safetensors(path: Union[str, Path]) -> dict[str, np.ndarray]:
+class LazyTensors(Mapping[str, np.ndarray]):
+    """name -> float32 array, converted when first read: bf16 / fp16 checkpoints are widened one tensor
+    at a time, so a loader that moves each tensor to its backend never holds the whole float32 copy."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, tuple[np.ndarray, str]] = {}
+
+    def add(self, name: str, typed: np.ndarray, dtype: str) -> None:
+        self._views[name] = (typed, dtype)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        typed, dtype = self._views[name]
+        if dtype == "F32":
+            return typed if typed.flags.aligned else np.array(typed)  # zero copy when aligned
+        if dtype == "BF16":
+            return bf16_to_float32(typed)
+        return typed.astype(np.float32)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._views)
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def update_from(self, other: "LazyTensors") -> None:
+        self._views.update(other._views)
+
+
+def read_safetensors(path: Union[str, Path]) -> LazyTensors:
     """{name: float32 array} for one .safetensors file (float32 tensors are read-only memory maps)."""
     path = Path(path)
     if not path.is_file():
@@ -50,7 +79,7 @@ def read_safetensors(path: Union[str, Path]) -> dict[str, np.ndarray]:
         header = json.loads(f.read(n))
     base = 8 + n
     mm = np.memmap(path, dtype=np.uint8, mode="r")
-    out = {}
+    out = LazyTensors()
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -58,16 +87,7 @@ def read_safetensors(path: Union[str, Path]) -> dict[str, np.ndarray]:
         if dtype not in _NP_DTYPES:
             raise ModelLoadError(f"{path}: tensor {name} has unsupported dtype {dtype}")
         start, end = info["data_offsets"]
-        shape = tuple(info["shape"])
-        raw = mm[base + start : base + end]
-        typed = raw.view(_NP_DTYPES[dtype]).reshape(shape)
-        if dtype == "F32":
-            arr = typed if (base + start) % 4 == 0 else np.array(typed)  # zero copy when aligned
-        elif dtype == "BF16":
-            arr = bf16_to_float32(typed)
-        else:
-            arr = typed.astype(np.float32)
-        out[name] = arr
+        out.add(name, mm[base + start : base + end].view(_NP_DTYPES[dtype]).reshape(tuple(info["shape"])), dtype)
     return out
 
 
@@ -93,9 +113,9 @@ def safetensors_files(folder: Union[str, Path]) -> list[Path]:
     return files
 
 
-def load_safetensors_folder(folder: Union[str, Path]) -> dict[str, np.ndarray]:
-    """Every tensor of a model folder as float32 arrays keyed by checkpoint name."""
-    weights: dict[str, np.ndarray] = {}
+def load_safetensors_folder(folder: Union[str, Path]) -> LazyTensors:
+    """Every tensor of a model folder as float32 arrays (converted on access) keyed by checkpoint name."""
+    weights = LazyTensors()
     for f in safetensors_files(folder):
-        weights.update(read_safetensors(f))
+        weights.update_from(read_safetensors(f))
     return weights

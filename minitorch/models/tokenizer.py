@@ -26,7 +26,7 @@ QWEN2_SPLIT = (
 )
 GGUF_PRE_TOKENIZERS = {"qwen2": QWEN2_SPLIT, "deepseek-r1-qwen": QWEN2_SPLIT}
 # End-of-turn / end-of-text tokens that stop generation whenever the vocabulary has them.
-KNOWN_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<｜end▁of▁sentence｜>", "<|eot_id|>", "<|end_of_text|>")
+KNOWN_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<｜end▁of▁sentence｜>", "<|EOT|>", "<|eot_id|>", "<|end_of_text|>")
 _CONTROL, _USER_DEFINED, _UNUSED = 3, 4, 5  # llama.cpp token types
 
 
@@ -228,16 +228,33 @@ def tokenizer_files_from_gguf(reader: Any, out_dir: Union[str, Path]) -> None:
 
 def load_tokenizer(source: Union[str, Path], cache_dir: Optional[Union[str, Path]] = None, progress: bool = True) -> Tokenizer:
     """Tokenizer for a model folder, a GGUF file (converted once, cached) or a registry name."""
-    from .gguf_io import dequant_cache_dir, load_gguf_weights
-    from .registry import resolve
+    import os
+    import shutil
+
+    from .gguf_io import cache_key, dequant_cache_dir, open_gguf
+    from .registry import cache_root, resolve
 
     path = resolve(source, cache_dir, progress)
     if path.is_dir():
         return Tokenizer.from_folder(path)
-    out_dir = dequant_cache_dir(path, cache_dir)
-    if not (out_dir / "tokenizer.json").is_file():
-        load_gguf_weights(path, cache_dir, progress)
-    return Tokenizer.from_folder(out_dir)
+    full = dequant_cache_dir(path, cache_dir)  # written by a model load, with the weights
+    if (full / "tokenizer.json").is_file():
+        tok = Tokenizer.from_folder(full)
+    else:  # tokenizer only: convert the metadata, no dequantization
+        out = cache_root(cache_dir) / "tokenizers" / cache_key(path)
+        if not (out / "tokenizer_config.json").is_file():
+            tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+            tmp.mkdir(parents=True, exist_ok=True)
+            try:
+                tokenizer_files_from_gguf(open_gguf(path), tmp)
+                if not (out / "tokenizer_config.json").is_file():
+                    shutil.rmtree(out, ignore_errors=True)
+                    os.replace(tmp, out)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        tok = Tokenizer.from_folder(out)
+    tok.source = str(path)
+    return tok
 
 
 def check_compatible(draft: Tokenizer, target: Tokenizer) -> None:
