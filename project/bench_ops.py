@@ -1,6 +1,9 @@
 """FastOps vs plain numpy on the op sizes of a Qwen2-1.5B decode step, plus per-op dispatch cost.
 
-    python project/bench_ops.py [--repeat 10] [--number 0]
+    python project/bench_ops.py [--repeat 10] [--number 0] [--skinny]
+
+--skinny instead times few-row float32 matmuls against (out, in) weights used transposed: np.matmul (BLAS)
+vs the skinny numba kernel (minitorch.fast_matmul), for choosing SKINNY_MIN_ROWS / SKINNY_MAX_ROWS.
 
 Prints one line per op: MiniTorch time, numpy time and their ratio (lower is better, 1.00 = parity).
 Both sides run the same math on the same float32 data on this CPU; numpy's matmul is the same BLAS.
@@ -104,13 +107,42 @@ def cases(rng: np.random.Generator) -> List[Tuple[str, Callable[[], object], Cal
     return out
 
 
+SKINNY_SHAPES = ((1536, 8960), (8960, 1536), (1536, 1536), (1536, 256), (1536, 151936))  # (in, out)
+
+
+def skinny_table(rng: np.random.Generator, rows_list: List[int], repeat: int) -> None:
+    """BLAS vs skinny kernel, x (T, in) @ W^T with W (out, in) row-major, and @ W2 with W2 (in, out)."""
+    from minitorch import fast_matmul as fm
+    print(f"{'x @ W^T  (T x in @ in x out)':<34} {'T':>3} {'blas':>10} {'skinny':>10} {'blas/skinny':>11}")
+    for n_in, n_out in SKINNY_SHAPES:
+        w = rng.standard_normal((n_out, n_in), dtype=np.float32) * 0.02
+        for layout, b in (("nk", w.T), ("kn", np.ascontiguousarray(w.T) if n_out <= 8960 else None)):
+            if b is None:
+                continue
+            for t in rows_list:
+                x = rng.standard_normal((t, n_in), dtype=np.float32)
+                o1 = np.empty((t, n_out), np.float32)
+                o2 = np.empty((t, n_out), np.float32)
+                t_blas, t_sk = bench_pair(lambda: np.matmul(x, b, out=o1),
+                                          lambda: fm.skinny_matmul(x, b, o2, layout), repeat, 0)
+                name = f"{t}x{n_in} @ {n_in}x{n_out} [{layout}]"
+                print(f"{name:<34} {t:>3} {t_blas * 1e3:>8.2f}ms {t_sk * 1e3:>8.2f}ms {t_blas / t_sk:>11.2f}",
+                      flush=True)
+        del w
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=10, help="timing repeats (best is kept)")
     ap.add_argument("--number", type=int, default=0, help="calls per repeat (0: auto, about 0.1 s)")
     ap.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
+    ap.add_argument("--skinny", action="store_true", help="time few-row matmuls: BLAS vs the skinny kernel")
+    ap.add_argument("--rows", default="1,2,3,5,8,16", help="row counts for --skinny (comma-separated)")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
+    if args.skinny:
+        skinny_table(rng, [int(r) for r in args.rows.split(",")], args.repeat)
+        return
     print(f"{'op':<50} {'minitorch':>12} {'numpy':>12} {'ratio':>7}")
     with minitorch.no_grad():
         for name, mt_fn, np_fn in cases(rng):
