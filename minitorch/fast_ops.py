@@ -1,6 +1,7 @@
 """FastOps: the numba CPU backend. Generic strided map / zip / where / reduce kernels (fast_kernels),
 fused kernels (fast_fused) and float32 matmul through numpy's BLAS on strided views (no copies:
-a weight stored (out, in) and used transposed is passed to BLAS as a transposed operand).
+a weight stored (out, in) and used transposed is passed to BLAS as a transposed operand), except few-row
+activations against such a weight, which take the skinny numba kernel (fast_matmul).
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from . import fast_fused as ff
 from . import fast_kernels as fk
+from . import fast_matmul as fm
 from . import operators
 from .tensor import Tensor
 from .tensor_data import MiniTorchError, broadcast_strides
@@ -161,7 +163,12 @@ class FastOps(TensorOps):
         else:
             check_writable(out)
         if out._tensor.size:
-            np.matmul(a.to_numpy(), b.to_numpy(), out=out.to_numpy())
+            an, bn, on = a.to_numpy(), b.to_numpy(), out.to_numpy()
+            if fm.use_skinny(an, bn):
+                # a (..., T, K) with few rows against a 2-D (out, in) weight: numba, one pass over b
+                fm.skinny_matmul(an, bn, on)
+            else:
+                np.matmul(an, bn, out=on)
         return out
 
     # ---- fused ----

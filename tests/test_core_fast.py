@@ -169,3 +169,57 @@ def test_numba_cache_makes_second_start_compile_nothing(tmp_path):
     hits1, misses1 = map(int, runs[1].stdout.split())
     assert misses0 == 3 and hits0 == 0
     assert hits1 == 3 and misses1 == 0
+
+
+# ---- skinny matmul (few rows against an (out, in) weight; minitorch.fast_matmul) ----
+@settings(max_examples=40, deadline=None)
+@given(batch=st.sampled_from([(), (1,), (2,), (1, 3)]), t=st.integers(1, 20), k=st.integers(1, 70),
+       n=st.integers(1, 50), seed=st.integers(0, 999), x_perm=st.booleans(), w_layout=st.sampled_from(["oi", "io"]))
+def test_skinny_matmul_matches_reference(batch, t, k, n, seed, x_perm, w_layout):
+    """FastOps matmul (skinny kernel or BLAS) vs SimpleOps and numpy, incl. permuted activations and both
+    weight layouts: (out, in) used as a transposed view, and (in, out) row-major."""
+    from minitorch import fast_matmul as fm
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(batch + (t, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)  # (out, in)
+    perm = tuple(range(len(batch))) + (len(batch) + 1, len(batch)) if x_perm else None
+    tx = make(x, FastBackend, perm)
+    tw = make(w, FastBackend).permute(1, 0) if w_layout == "oi" else make(w.T, FastBackend)  # (in, out)
+    oi_like = w_layout == "oi" or k == 1 or n == 1  # a 1-wide weight is both layouts at once
+    assert fm.use_skinny(tx.to_numpy(), tw.to_numpy()) == (oi_like and t * int(np.prod(batch)) <= 16)
+    with minitorch.no_grad():
+        fast = np_of(tx @ tw)
+        ref = np_of(make(x, SimpleBackend) @ make(w.T, SimpleBackend))
+    np.testing.assert_allclose(fast, x @ w.T, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+    np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+def test_skinny_matmul_takes_kernel_for_linear_and_writes_strided_out(monkeypatch):
+    from minitorch import fast_matmul as fm
+    calls = []
+    real = fm.skinny_matmul
+    monkeypatch.setattr(fm, "skinny_matmul", lambda *a: (calls.append(1), real(*a))[1])
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 5, 96)).astype(np.float32)
+    w = rng.standard_normal((80, 96)).astype(np.float32)
+    with minitorch.no_grad():
+        y = nn.linear(make(x, FastBackend), make(w, FastBackend))
+        assert calls, "nn.linear with 5 rows did not take the skinny kernel"
+        np.testing.assert_allclose(np_of(y), x @ w.T, rtol=1e-5, atol=1e-4)
+        out = make(np.zeros((80, 5), np.float32), FastBackend).permute(1, 0)  # (5, 80), non-contiguous
+        FastBackend.matrix_multiply(make(x[0], FastBackend), make(w, FastBackend).permute(1, 0), out)
+        np.testing.assert_allclose(np_of(out), x[0] @ w.T, rtol=1e-5, atol=1e-4)
+
+
+def test_skinny_matmul_propagates_inf_nan_and_row_rules(monkeypatch):
+    from minitorch import fast_matmul as fm
+    x = np.ones((3, 4), np.float32)
+    x[0, 1], x[1, 2] = np.inf, np.nan
+    w = np.ones((6, 4), np.float32)
+    out = np.empty((3, 6), np.float32)
+    fm.skinny_matmul(x, w.T, out)
+    np.testing.assert_array_equal(out, x @ w.T)
+    assert not fm.use_skinny(x.astype(np.float64), w.T.astype(np.float64))
+    assert not fm.use_skinny(np.ones((17, 4), np.float32), w.T)
+    monkeypatch.setattr(fm, "HUGE_WEIGHT", 10)  # a "vocab head": 1 row and > HUGE_MAX_ROWS rows stay on BLAS
+    assert [fm.use_skinny(np.ones((r, 4), np.float32), w.T) for r in (1, 2, 8, 9)] == [False, True, True, False]
