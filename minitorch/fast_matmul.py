@@ -25,6 +25,9 @@ SKINNY_MAX_ROWS = 16
 # (BLAS 360 ms vs 594 ms at 16); above this many weight elements only 2..HUGE_MAX_ROWS rows take the kernel
 HUGE_WEIGHT = 1 << 27
 HUGE_MAX_ROWS = 8
+# one row (a decode step) stays on BLAS: on a quiet machine OpenBLAS's 2 threads read an 8960x1536 weight at
+# 44 GB/s against 22 GB/s for this serial kernel (1 thread: 25 vs 27 GB/s), 2026-11-30, /tmp/mm1.py
+SKINNY_MIN_ROWS = 2
 # reassociation lets the K reduction vectorize; no nnan/ninf, so inf/nan propagate like numpy
 _FM = {"reassoc", "contract"}
 
@@ -72,7 +75,7 @@ def use_skinny(a: np.ndarray, b: np.ndarray) -> bool:
     rows = a.size // a.shape[-1]
     if b.size > HUGE_WEIGHT:
         return 2 <= rows <= HUGE_MAX_ROWS
-    return 1 <= rows <= SKINNY_MAX_ROWS
+    return SKINNY_MIN_ROWS <= rows <= SKINNY_MAX_ROWS
 
 
 def skinny_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:

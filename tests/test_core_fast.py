@@ -186,7 +186,7 @@ def test_skinny_matmul_matches_reference(batch, t, k, n, seed, x_perm, w_layout)
     tx = make(x, FastBackend, perm)
     tw = make(w, FastBackend).permute(1, 0) if w_layout == "oi" else make(w.T, FastBackend)  # (in, out)
     oi_like = w_layout == "oi" or k == 1 or n == 1  # a 1-wide weight is both layouts at once
-    assert fm.use_skinny(tx.to_numpy(), tw.to_numpy()) == (oi_like and t * int(np.prod(batch)) <= 16)
+    assert fm.use_skinny(tx.to_numpy(), tw.to_numpy()) == (oi_like and 2 <= t * int(np.prod(batch)) <= 16)
     with minitorch.no_grad():
         fast = np_of(tx @ tw)
         ref = np_of(make(x, SimpleBackend) @ make(w.T, SimpleBackend))
@@ -221,5 +221,6 @@ def test_skinny_matmul_propagates_inf_nan_and_row_rules(monkeypatch):
     np.testing.assert_array_equal(out, x @ w.T)
     assert not fm.use_skinny(x.astype(np.float64), w.T.astype(np.float64))
     assert not fm.use_skinny(np.ones((17, 4), np.float32), w.T)
+    assert [fm.use_skinny(np.ones((r, 4), np.float32), w.T) for r in (1, 2, 16)] == [False, True, True]
     monkeypatch.setattr(fm, "HUGE_WEIGHT", 10)  # a "vocab head": 1 row and > HUGE_MAX_ROWS rows stay on BLAS
     assert [fm.use_skinny(np.ones((r, 4), np.float32), w.T) for r in (1, 2, 8, 9)] == [False, True, True, False]
