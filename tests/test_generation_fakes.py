@@ -75,7 +75,7 @@ class FakeModel:
     def new_cache(self, max_len: int) -> FakeCache:
         return FakeCache(max_len, self.hidden)
 
-    def __call__(self, ids, cache: FakeCache):
+    def __call__(self, ids, cache: FakeCache, last_n: int | None = None):
         ids = [int(i) for i in ids]
         if not ids:
             raise ValueError("empty forward")
@@ -90,6 +90,8 @@ class FakeModel:
             cache.ids[cache.length] = x
             cache.length += 1
             out[0, t] = self.scale * (self.W @ h)
+        if last_n is not None:
+            out = out[:, len(ids) - last_n:]
         return FakeLogits(out) if self.tensor_out else out
 
 

@@ -56,8 +56,9 @@ def emit(candidates: Sequence[int], out: list[int], max_new_tokens: int,
 
 
 def prefill(model: Any, cache: Any, ids: Sequence[int]) -> Any:
-    """Feed a run of tokens; returns the model's (1, T, V) logits."""
-    return model(list(ids), cache)
+    """Feed a run of tokens; returns the (1, 1, V) logits of the last one (the vocabulary projection
+    of the other positions would be thrown away, so the model skips it)."""
+    return model(list(ids), cache, last_n=1)
 
 
 def decode_one_token(model: Any, cache: Any, token: int, cfg: SamplingConfig, rng: Any,

@@ -58,7 +58,7 @@ class ModelDrafter:
         self._ids = []
         self.forwards = 0
         if len(prompt_ids) > 1:
-            self.model([int(t) for t in prompt_ids[:-1]], self.cache)
+            self.model([int(t) for t in prompt_ids[:-1]], self.cache, last_n=1)  # only fills the cache
             self._ids = [int(t) for t in prompt_ids[:-1]]
 
     def rollback(self, n_tokens: int) -> None:

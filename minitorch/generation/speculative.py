@@ -122,7 +122,7 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
         cache = target.new_cache(max_len)
     with timer("prefill"):
         if len(prompt) > 1:
-            target(prompt[:-1], cache)
+            target(prompt[:-1], cache, last_n=1)  # only fills the cache; skip the vocab projection
         drafter.start(prompt, max_len, vocab)
     context = list(prompt)
     out: list[int] = []
