@@ -15,7 +15,7 @@ from . import fast_matmul as fm
 from . import operators
 from .tensor import Tensor
 from .tensor_data import MiniTorchError, broadcast_strides
-from .tensor_ops import (TensorBackend, TensorOps, check_writable, map_out, matmul_shape, new_tensor,
+from .tensor_ops import (TensorBackend, TensorOps, argmax_out, check_writable, map_out, matmul_shape, new_tensor,
                          where_prepare, zip_prepare)
 
 _I64 = np.int64
@@ -139,13 +139,8 @@ class FastOps(TensorOps):
 
     @staticmethod
     def argmax(a: Tensor, dim: int) -> Tensor:
-        at = a._tensor
-        shape = list(at.shape)
-        n = shape[dim]
-        if n == 0:
-            raise MiniTorchError(f"argmax over an empty dim {dim} of shape {at.shape}")
-        shape[dim] = 1
-        out = new_tensor(a.backend, tuple(shape), "int64")
+        at, n = a._tensor, a.shape[dim]
+        out = argmax_out(a, dim)
         if out.size:
             osh = at.shape[:dim] + at.shape[dim + 1:]
             ost = at.strides[:dim] + at.strides[dim + 1:]

@@ -29,6 +29,15 @@ def new_tensor(backend: "TensorBackend", shape: Tuple[int, ...], dtype: str) -> 
                   backend)
 
 
+def argmax_out(a: Tensor, dim: int) -> Tensor:
+    """The keepdim int64 result of argmax over dim (refusing an empty dim), for every backend's argmax."""
+    shape = list(a.shape)
+    if shape[dim] == 0:
+        raise MiniTorchError(f"argmax over an empty dim {dim} of shape {a.shape}")
+    shape[dim] = 1
+    return new_tensor(a.backend, tuple(shape), "int64")
+
+
 def check_writable(out: Tensor) -> None:
     """MiniTorchError (not a numba typing crash) when writing into read-only storage (e.g. an mmap)."""
     flags = getattr(out._tensor.storage, "flags", None)
@@ -318,13 +327,8 @@ class SimpleOps(TensorOps):
 
     @staticmethod
     def argmax(a: Tensor, dim: int) -> Tensor:
-        at = a._tensor
-        shape = list(at.shape)
-        n = shape[dim]
-        if n == 0:
-            raise MiniTorchError(f"argmax over an empty dim {dim} of shape {at.shape}")
-        shape[dim] = 1
-        out = new_tensor(a.backend, tuple(shape), "int64")
+        at, n = a._tensor, a.shape[dim]
+        out = argmax_out(a, dim)
         ot = out._tensor
         for i in range(ot.size):
             idx = to_index(i, ot.shape)
