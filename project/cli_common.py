@@ -21,23 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from minitorch.generation import ModelDrafter, NGramDrafter, SamplingConfig
+from one_line_parser import EXIT_USER_ERROR, OneLineParser  # noqa: F401  (re-exported for the programs)
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
-EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 
 class UserError(ValueError):
     """A mistake the user can fix; shown as one line."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad flag ends in one line (not the usage block) and exit status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 from evaluation import MODE_ORDER, merge_results, read_results, run_benchmark
 from evaluation_data import REASONING_INSTRUCTION, BenchmarkError, load_problems, parse_shard, select_problems
 from evaluation_engine import Engine, add_engine_args, load_engine
+from one_line_parser import OneLineParser
 from evaluation_summary import format_table, summarize, write_summary
 
 HF_MODES = ("hf_greedy", "hf_assisted")
@@ -36,13 +37,6 @@ class BenchSpec:
 
 
 EngineFactory = Callable[[argparse.Namespace, Sequence[str]], Engine]
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line (exit 2) instead of usage + error."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"error: {self.prog}: {message} (see --help)\n")
 
 
 def build_parser(bench: BenchSpec) -> argparse.ArgumentParser:
