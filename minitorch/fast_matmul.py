@@ -1,83 +1,69 @@
-"""Skinny float32 matmul for FastOps: a few activation rows (T <= SKINNY_MAX_ROWS) against one large 2-D
-weight. OpenBLAS is 3-5x slower for 2-8 rows against a transposed (out, in) weight than for 1 row, which
-made a speculative verify step of gamma+1 tokens cost ~gamma decode steps. The kernel streams each
-weight row once for all T rows (memory-bound for small T: time ~ one pass over the weight).
+"""Skinny float32 matmul for FastOps: 1..SKINNY_MAX_ROWS activation rows against one large 2-D weight,
+the shape of every linear in a decode step (1 row) and a speculative verify step (gamma+1 rows).
 
 The kernel takes the (out, in) layout nn.linear uses: b is the transposed view of a row-major (N, K) weight
-(no copy); for each output column n it computes T dot products over the contiguous K row, so the row is
-read from memory once and from L1 T times. Other layouts (row-major (K, N) weights, strided or batched b,
-other dtypes, more rows) stay on np.matmul.
+(no copy). It walks four weight rows side by side, so each thread keeps four memory streams in flight,
+and reuses them from L1 for every activation row: the weight is read from memory once per call, at the
+speed OpenBLAS's gemv reads it for one row (about 25 GB/s on the 2-core box) and 3-5x faster than
+OpenBLAS's gemm for 2-16 rows. Other layouts (row-major (K, N) weights, strided or batched b, other
+dtypes, more rows: prefill) stay on np.matmul.
 
-The kernel is serial on purpose. On the 2-core machine (numba and OpenBLAS threads competing with other
-processes) a parallel version stalled 12-16 ms per call on thread wake-ups, while the serial one streams
-the 8960x1536 MLP weight in ~4-6 ms for 1-2 rows (project/bench_ops.py --skinny).
+Because 1-row and T-row products go through the same instructions, a verify pass over gamma+1 tokens
+yields bit for bit the logits of gamma+1 decode steps (tests/test_core_matmul_rows.py): greedy
+speculative decoding equals greedy decoding by construction, not only away from near-ties.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
-# rows (after flattening a's batch dims) for which the skinny kernel beats BLAS, measured with
-# project/bench_ops.py --skinny on the 2-core x86 box (OpenBLAS): BLAS took 48-240 ms for 2-16 rows of the
-# 1.5B's linears where the kernel took 0.3-50 ms
+# 1..16 rows take the kernel. Over all 197 linears of a 1.5B-shaped model (6.2 GB float32 streamed from
+# memory, 2 threads, `python project/bench_ops.py --stream --rows 1,5 --repeat 3`, 2026-11-30 09:03 UTC):
+# 1 row 281 ms vs OpenBLAS gemv 269 ms; 5 rows 456 ms vs OpenBLAS gemm 952 ms. The previous kernel (one
+# weight row at a time, 1 stream per thread) took 326 ms / 492 ms on the real 1.5B weights (/tmp/kv/sk.py).
+SKINNY_MIN_ROWS = 1
 SKINNY_MAX_ROWS = 16
-# the 151936x1536 vocab head is memory-bound at 1 row (BLAS 88 ms vs 111 ms) and compute-bound past 8 rows
-# (BLAS 360 ms vs 594 ms at 16); above this many weight elements only 2..HUGE_MAX_ROWS rows take the kernel
-HUGE_WEIGHT = 1 << 27
-HUGE_MAX_ROWS = 8
-# one row (a decode step) stays on BLAS: on a quiet machine OpenBLAS's 2 threads read an 8960x1536 weight at
-# 44 GB/s against 22 GB/s for this serial kernel (1 thread: 25 vs 27 GB/s), 2026-11-30, /tmp/mm1.py
-SKINNY_MIN_ROWS = 2
 # reassociation lets the K reduction vectorize; no nnan/ninf, so inf/nan propagate like numpy
 _FM = {"reassoc", "contract"}
 
 
-@njit(fastmath=_FM, cache=True, inline="always")
-def _skinny_row(x: np.ndarray, w: np.ndarray, out: np.ndarray, n: int) -> None:  # pragma: no cover - numba
-    """out[t, n] = sum_k x[t, k] * w[n, k]; x (T, K) and w (N, K) C-contiguous, out (T, N).
-    Rows go 4 (then 2, then 1) at a time so each loaded w[n, k] feeds several accumulators
-    (10-35% faster than one row at a time for T >= 2)."""
-    t_len, k_len = x.shape
-    f0 = np.float32(0.0)
-    if True:
-        t = 0
-        while t + 4 <= t_len:
-            a0, a1, a2, a3 = f0, f0, f0, f0
-            for k in range(k_len):
-                wv = w[n, k]
-                a0 += x[t, k] * wv
-                a1 += x[t + 1, k] * wv
-                a2 += x[t + 2, k] * wv
-                a3 += x[t + 3, k] * wv
-            out[t, n], out[t + 1, n], out[t + 2, n], out[t + 3, n] = a0, a1, a2, a3
-            t += 4
-        if t + 2 <= t_len:
-            a0, a1 = f0, f0
-            for k in range(k_len):
-                wv = w[n, k]
-                a0 += x[t, k] * wv
-                a1 += x[t + 1, k] * wv
-            out[t, n], out[t + 1, n] = a0, a1
-            t += 2
-        if t < t_len:
-            a0 = f0
-            for k in range(k_len):
-                a0 += x[t, k] * w[n, k]
-            out[t, n] = a0
-
-
-@njit(fastmath=_FM, cache=True)
-def _skinny_nk(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - numba
-    """Serial driver: every output row n of out = x @ w^T."""
-    for n in range(w.shape[0]):
-        _skinny_row(x, w, out, n)
+GROUP_CHUNK = 8  # groups of 4 output rows per parallel work item
 
 
 @njit(fastmath=_FM, cache=True, parallel=True)
 def _skinny_nk_par(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - numba
-    """Parallel driver: output rows split over numba's threads (each reads its own weight rows)."""
-    for n in prange(w.shape[0]):
-        _skinny_row(x, w, out, n)
+    """out (T, N) = x (T, K) @ w^T for w (N, K) C-contiguous.
+
+    Four weight rows are walked side by side (four accumulators per activation row): four concurrent
+    memory streams per thread read 24-28 GB/s on the 2-core box where one row at a time read 12 GB/s
+    (the hardware prefetcher follows each stream; /tmp/kv/ms.py, 2026-11-30). The group's rows stay in
+    L1 (4 x K floats) while the other activation rows reuse them. Every out[t, n] is computed by the
+    same instruction sequence whatever T is, so a row of a T-row product equals the 1-row product bit
+    for bit: a verify pass reproduces the decode steps' logits exactly."""
+    n_len, k_len = w.shape
+    rows = x.shape[0]
+    n_groups = (n_len + 3) // 4
+    n_chunks = (n_groups + GROUP_CHUNK - 1) // GROUP_CHUNK
+    for ch in prange(n_chunks):
+        for g in range(ch * GROUP_CHUNK, min(n_groups, (ch + 1) * GROUP_CHUNK)):
+            n0 = 4 * g
+            if n0 + 4 <= n_len:
+                for t in range(rows):
+                    s0, s1, s2, s3 = np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0)
+                    for k in range(k_len):
+                        xv = x[t, k]
+                        s0 += xv * w[n0, k]
+                        s1 += xv * w[n0 + 1, k]
+                        s2 += xv * w[n0 + 2, k]
+                        s3 += xv * w[n0 + 3, k]
+                    out[t, n0], out[t, n0 + 1], out[t, n0 + 2], out[t, n0 + 3] = s0, s1, s2, s3
+            else:  # the last 1-3 rows of a weight whose N is not a multiple of 4
+                for n in range(n0, n_len):
+                    for t in range(rows):
+                        s = np.float32(0.0)
+                        for k in range(k_len):
+                            s += x[t, k] * w[n, k]
+                        out[t, n] = s
 
 
 def use_skinny(a: np.ndarray, b: np.ndarray) -> bool:
@@ -87,8 +73,6 @@ def use_skinny(a: np.ndarray, b: np.ndarray) -> bool:
     if not b.T.flags.c_contiguous:
         return False
     rows = a.size // a.shape[-1]
-    if b.size > HUGE_WEIGHT:
-        return 2 <= rows <= HUGE_MAX_ROWS
     return SKINNY_MIN_ROWS <= rows <= SKINNY_MAX_ROWS
 
 
@@ -98,6 +82,6 @@ def skinny_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     x = np.ascontiguousarray(a.reshape(-1, k_len))  # (rows, K); copies only small / strided activations
     direct = out.flags.c_contiguous
     res = out.reshape(-1, n_len) if direct else np.empty((x.shape[0], n_len), np.float32)  # (rows, N)
-    _skinny_nk_par(x, b.T, res)  # quiet 2-core box: 2x the serial kernel at 5 rows (/tmp/mm2.py, 2026-11-30)
+    _skinny_nk_par(x, b.T, res)
     if not direct:
         out[...] = res.reshape(out.shape)

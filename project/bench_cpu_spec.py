@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.no_skinny:
         from minitorch import fast_matmul
-        fast_matmul.SKINNY_MAX_ROWS = fast_matmul.HUGE_MAX_ROWS = 0
+        fast_matmul.SKINNY_MAX_ROWS = 0
     prompts = questions(args.data, args.offset, args.n)
     load0 = loadavg()
     print(f"# {len(prompts)} GSM8K questions x {args.max_new_tokens} tokens, greedy; loadavg {load0}", flush=True)

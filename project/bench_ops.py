@@ -4,6 +4,8 @@
 
 --skinny instead times few-row float32 matmuls against (out, in) weights used transposed: np.matmul (BLAS)
 vs the skinny numba kernel (minitorch.fast_matmul), for choosing SKINNY_MIN_ROWS / SKINNY_MAX_ROWS.
+--stream times the same two over every linear of a Qwen2.5-1.5B-shaped model in a row (197 weights,
+6.2 GB of float32: nothing stays in cache, as in a real decode or verify step) and prints GB/s.
 
 Prints one line per op: MiniTorch time, numpy time and their ratio (lower is better, 1.00 = parity).
 Both sides run the same math on the same float32 data on this CPU; numpy's matmul is the same BLAS.
@@ -133,15 +135,48 @@ def skinny_table(rng: np.random.Generator, rows_list: List[int], repeat: int) ->
         del w
 
 
+def stream_table(rows_list: List[int], repeat: int) -> None:
+    """Every linear of a 1.5B-shaped model (28 layers x q,k,v,o,gate,up,down + the 151936-row head), once
+    per pass, with 1..16 activation rows: BLAS vs the skinny kernel, streaming from memory."""
+    from minitorch import fast_matmul as fm
+    d, kv, f, layers, vocab = 1536, 256, 8960, 28, 151936
+    shapes = [(d, d), (kv, d), (kv, d), (d, d), (f, d), (f, d), (d, f)] * layers + [(vocab, d)]
+    ws = [np.full(s, 0.01, np.float32) for s in shapes]  # values do not matter for speed (no denormals)
+    total = sum(w.nbytes for w in ws)
+    print(f"{len(ws)} weights, {total / 1e9:.1f} GB float32; best of {repeat} passes")
+    print(f"{'T':>3} {'blas':>10} {'skinny':>10} {'blas GB/s':>10} {'skinny GB/s':>12}")
+    for t in rows_list:
+        xs = {w.shape[1]: np.full((t, w.shape[1]), 0.5, np.float32) for w in ws}
+        outs = [np.empty((t, w.shape[0]), np.float32) for w in ws]
+        best = {"blas": float("inf"), "skinny": float("inf")}
+        for name in best:  # one implementation at a time: OpenBLAS's idle threads spin for a while after
+            for _ in range(repeat):  # a call and would slow numba's threads in alternating passes
+                t0 = time.perf_counter()
+                for w, o in zip(ws, outs):
+                    x = xs[w.shape[1]]
+                    if name == "blas":
+                        np.matmul(x, w.T, out=o)
+                    else:
+                        fm.skinny_matmul(x, w.T, o)
+                best[name] = min(best[name], time.perf_counter() - t0)
+        print(f"{t:>3} {best['blas'] * 1e3:>8.0f}ms {best['skinny'] * 1e3:>8.0f}ms {total / best['blas'] / 1e9:>10.1f} "
+              f"{total / best['skinny'] / 1e9:>12.1f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=10, help="timing repeats (best is kept)")
     ap.add_argument("--number", type=int, default=0, help="calls per repeat (0: auto, about 0.1 s)")
     ap.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
     ap.add_argument("--skinny", action="store_true", help="time few-row matmuls: BLAS vs the skinny kernel")
-    ap.add_argument("--rows", default="1,2,3,5,8,16", help="row counts for --skinny (comma-separated)")
+    ap.add_argument("--stream", action="store_true",
+                    help="time every linear of a 1.5B-shaped model in a row (6.2 GB, from memory): BLAS vs skinny")
+    ap.add_argument("--rows", default="1,2,3,5,8,16", help="row counts for --skinny / --stream (comma-separated)")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
+    if args.stream:
+        stream_table([int(r) for r in args.rows.split(",")], max(1, min(args.repeat, 3)))
+        return
     if args.skinny:
         skinny_table(rng, [int(r) for r in args.rows.split(",")], args.repeat)
         return
