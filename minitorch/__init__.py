@@ -5,6 +5,7 @@ from .autodiff import is_grad_enabled, no_grad, set_grad_enabled
 from .fast_ops import FastBackend, FastOps
 from .module import Module, Parameter
 from .optim import SGD, Adam, Optimizer
+from .packed import PackedWeight
 from .tensor import Tensor
 from .tensor_data import MiniTorchError, TensorData
 from .tensor_functions import Function, arange, cat, from_numpy, full, ones, rand, tensor, where, zeros
@@ -18,7 +19,7 @@ def to_backend(t: Tensor, backend: TensorBackend) -> Tensor:
 
 __all__ = [
     "nn", "operators", "is_grad_enabled", "no_grad", "set_grad_enabled", "FastBackend", "FastOps",
-    "Module", "Parameter", "SGD", "Adam", "Optimizer", "Tensor", "MiniTorchError", "TensorData",
+    "Module", "Parameter", "PackedWeight", "SGD", "Adam", "Optimizer", "Tensor", "MiniTorchError", "TensorData",
     "Function", "arange", "cat", "from_numpy", "full", "ones", "rand", "tensor", "where", "zeros",
     "SimpleBackend", "SimpleOps", "TensorBackend", "TensorOps", "to_backend",
 ]

@@ -12,6 +12,7 @@ import numpy as np
 from . import fast_fused as ff
 from . import fast_kernels as fk
 from . import fast_matmul as fm
+from . import fast_packed as fp
 from . import operators
 from .tensor import Tensor
 from .tensor_data import MiniTorchError, broadcast_strides
@@ -48,6 +49,9 @@ def _last_dim(x: Tensor, dim: int, fn: Callable[[Tensor], Tensor]) -> Tensor:
 
 class FastOps(TensorOps):
     """numba kernels (cache=True); see module docstring."""
+
+    # packed (GGUF block-quantized) weights: rebuilt row by row inside the numba kernel (fast_packed)
+    packed_linear = staticmethod(fp.packed_linear)
 
     @staticmethod
     def map(name: str) -> Callable[..., Tensor]:

@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .autodiff import Context
+from .packed import PackedWeight, packed_embedding, packed_linear
 from .tensor import Tensor
 from .tensor_data import MiniTorchError, broadcast_strides, norm_dim
 from .tensor_functions import Function, from_numpy, zeros
@@ -222,6 +223,8 @@ def layernorm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Ten
 
 def embedding(weight: Tensor, ids: Tensor) -> Tensor:
     """Rows of weight (V, D) picked by int64 ids of any shape -> ids.shape + (D,)."""
+    if isinstance(weight, PackedWeight):
+        return packed_embedding(weight, ids)
     if weight.dims != 2:
         raise MiniTorchError(f"embedding weight must be (V, D), got shape {weight.shape}")
     if ids.dtype != "int64":
@@ -258,7 +261,10 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
-    """x @ weight^T + bias, weight (out, in) as stored in checkpoints (the transpose is a view)."""
+    """x @ weight^T + bias, weight (out, in) as stored in checkpoints (the transpose is a view) or a
+    PackedWeight (GGUF block-quantized, inference only; see minitorch/packed.py)."""
+    if isinstance(weight, PackedWeight):
+        return packed_linear(x, weight, bias)
     if weight.dims != 2 or x.dims == 0 or x.shape[-1] != weight.shape[1]:
         raise MiniTorchError(f"linear: input {x.shape} does not match weight (out, in) = {weight.shape}")
     wt = weight.transpose(0, 1)                                   # (in, out) view, no copy

@@ -16,6 +16,7 @@ from .autodiff import no_grad
 from .tensor import Tensor
 from .tensor_data import (DTYPES, MiniTorchError, TensorData, broadcast_strides, contiguous_strides,
                           index_to_position, shape_broadcast, to_index)
+from .packed import packed_linear_reference
 from .tensor_creation import from_numpy
 
 
@@ -252,6 +253,9 @@ class TensorOps:
 class SimpleOps(TensorOps):
     """Pure-Python loops over the index math: slow, obviously correct, the reference for tests."""
 
+    # packed weights: rebuild the float32 weight, then one numpy matmul (the reference for fast_packed)
+    packed_linear = staticmethod(packed_linear_reference)
+
     @staticmethod
     def map(name: str) -> Callable[..., Tensor]:
         f = operators.UNARY[name]
@@ -395,6 +399,8 @@ class TensorBackend:
         for n in ("softmax", "log_softmax", "rmsnorm", "layernorm", "rope", "embedding", "silu_mul",
                   "attention", "cat", "cast", "copy_", "empty", "asarray", "to_numpy"):
             setattr(self, n, getattr(ops, n))
+        # x (R, K) @ PackedWeight^T into out (R, N), numpy arrays; None where the backend has no such kernel
+        self.packed_linear = getattr(ops, "packed_linear", None)
 
     def __repr__(self) -> str:
         return f"TensorBackend({self.name})"

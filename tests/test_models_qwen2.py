@@ -75,6 +75,22 @@ def test_cached_equals_uncached_and_multi_token_verify(pair: tuple[Any, Qwen2For
     np.testing.assert_allclose(np.concatenate(parts), full, atol=1e-5, rtol=0)
 
 
+def test_verify_pass_equals_decode_steps_bit_for_bit(pair: tuple[Any, Qwen2ForCausalLM]) -> None:
+    """gamma+1 tokens scored in one pass give exactly the logits of gamma+1 one-token steps (same cache):
+    every op treats rows alike, so greedy speculative decoding equals greedy decoding without near-tie luck."""
+    _, ours = pair
+    ids = _prompt(10, ours.config.vocab_size, seed=5)
+    cache = ours.new_cache(32)
+    toks = [int(_ours(ours, ids, cache)[-1].argmax())]
+    start, steps = cache.length, []
+    for _ in range(5):
+        steps.append(_ours(ours, [toks[-1]], cache)[-1])
+        toks.append(int(steps[-1].argmax()))
+    cache.truncate(start)
+    verify = _ours(ours, toks[:5], cache)
+    assert np.array_equal(verify, np.stack(steps))
+
+
 def test_last_n_logits(pair: tuple[Any, Qwen2ForCausalLM]) -> None:
     _, ours = pair
     ids = _prompt(7, ours.config.vocab_size, seed=9)

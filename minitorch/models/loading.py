@@ -21,6 +21,7 @@ def load_model(
     dtype: str = "float32",
     progress: bool = True,
     cache_dir: Optional[Union[str, Path]] = None,
+    weights: str = "float32",
 ) -> tuple[Qwen2ForCausalLM, Tokenizer]:
     """Load a Qwen2-architecture model and its tokenizer.
 
@@ -28,7 +29,13 @@ def load_model(
     a Hugging Face folder (config.json, tokenizer.json, *.safetensors) or a .gguf file. A GGUF is
     dequantized once into the cache folder; later loads memory-map the cached float32 arrays.
     `backend` defaults to FastBackend. Errors for users are ModelLoadError naming the file.
+
+    `weights`: "float32" (default) uses the dequantized float32 arrays; "packed" keeps a GGUF's quantized
+    tensors in their stored form (int8 codes + per-block scales, minitorch/packed.py): the same values in
+    about a third of the memory, on the CPU backends only.
     """
+    if weights not in ("packed", "float32"):
+        raise ModelLoadError(f"weights must be 'packed' or 'float32', got {weights!r}")
     if backend is None:
         from .. import FastBackend
 
@@ -36,19 +43,28 @@ def load_model(
     t0 = time.perf_counter()
     path = resolve(name_or_path, cache_dir, progress)
     if path.is_dir():
+        if weights == "packed":
+            raise ModelLoadError(f"{path}: packed weights come from a GGUF file's quantized tensors; "
+                                 "a safetensors folder loads as float32")
         config = Qwen2Config.from_json(path / "config.json")
-        weights = load_safetensors_folder(path)
+        arrays = load_safetensors_folder(path)
         tok = Tokenizer.from_folder(path)
     elif _is_gguf(path):
-        config, weights, tok_dir = load_gguf_weights(path, cache_dir, progress)
+        config, arrays, tok_dir = load_gguf_weights(path, cache_dir, progress)
         tok = Tokenizer.from_folder(tok_dir)
         tok.source = str(path)
+        if weights == "packed" and getattr(backend, "packed_linear", None) is None:
+            raise ModelLoadError(f"{getattr(backend, 'name', backend)} has no packed kernel; use weights='float32'")
+        if weights == "packed":
+            from .gguf_packed import load_packed
+
+            arrays = {**arrays, **load_packed(path, cache_dir, progress)}
     else:
         raise ModelLoadError(f"{path} is neither a model folder nor a GGUF file")
     if tok.vocab_size > config.vocab_size:
         raise ModelLoadError(f"{path}: tokenizer has {tok.vocab_size} tokens but the embedding only {config.vocab_size} rows")
     model = Qwen2ForCausalLM(config, backend, dtype)
-    model.load_weights(weights, source=str(path))
+    model.load_weights(arrays, source=str(path))
     model.load_seconds = time.perf_counter() - t0
     return model, tok
 

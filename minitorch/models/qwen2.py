@@ -212,8 +212,10 @@ class Qwen2ForCausalLM(Module):
 
     # -- weights -----------------------------------------------------------------------------
     def load_weights(self, weights: Mapping[str, np.ndarray], source: str = "") -> None:
-        """Set every parameter from checkpoint arrays keyed by HF name (float32 numpy, may be mmaps)."""
+        """Set every parameter from checkpoint arrays keyed by HF name (float32 numpy, may be mmaps, or
+        PackedWeight: kept packed where the backend has a packed kernel, else rebuilt as float32)."""
         from .. import from_numpy
+        from ..packed import PackedWeight
         from .errors import ModelLoadError
 
         for name, param in self.named_parameters():
@@ -223,6 +225,11 @@ class Qwen2ForCausalLM(Module):
             expected = self.expected_shape(name)
             if tuple(arr.shape) != expected:
                 raise ModelLoadError(f"checkpoint {source}: weight {name} has shape {tuple(arr.shape)}, expected {expected}")
+            if isinstance(arr, PackedWeight):
+                if getattr(self.backend, "packed_linear", None) is not None:
+                    param.update(arr)
+                    continue
+                arr = arr.dequantize()
             param.update(_cast(from_numpy(np.ascontiguousarray(arr, dtype=np.float32), backend=self.backend), self.dtype))
 
     def expected_shape(self, name: str) -> tuple[int, ...]:

@@ -1,0 +1,155 @@
+"""GGUF quantized tensors -> PackedWeight (int8 codes + per-block float32 scale and offset), no float32 copy.
+
+Each supported type stores, per block, a small header (fp16 scales, for K-quants 6-bit sub-block scales
+and minimums) and packed 4/5/6/8-bit codes. Its dequantized value is `scale * code - offset` in float32
+with the product and the difference rounded separately (gguf.quants' numpy dequantizers):
+
+  type        block  scale              offset          code range
+  Q8_0         32    d                  0               -128..127
+  Q4_0 / Q5_0  32    d                  0               -8..7 / -16..15
+  Q4_1 / Q5_1  32    d                  -m              0..15 / 0..31
+  Q4_K / Q5_K  32    d * sc[j]          dmin * m[j]     0..15 / 0..31   (sc, m: 6-bit, per 32 of 256)
+  Q6_K         16    d * scales[j]      0               -32..31         (scales: int8, per 16 of 256)
+
+Only the header layout is ours. The codes come from the gguf library itself: dequantizing a copy of the
+blocks whose header is rewritten to scale 1 and offset 0 yields exactly the codes as floats. Scale and
+offset are computed from the header in the same float32 operations as gguf's dequantizers, so
+`PackedWeight.dequantize()` reproduces `gguf.quants.dequantize` bit for bit (tests/test_models_packed.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from ..packed import PackedWeight
+from .errors import ModelLoadError
+
+PACKED_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+PACKED_FORMAT = 1  # bump when the cached layout changes
+
+_ONE_F16 = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)  # fp16 1.0 as its two bytes
+_ZERO_F16 = np.zeros(2, dtype=np.uint8)
+# Q4_K/Q5_K 12-byte scale field giving every sub-block scale 1 and minimum 0 (see gguf Q4_K.get_scale_min)
+_UNIT_K_SCALES = np.array([1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1], dtype=np.uint8)
+
+
+def _f16(blocks: np.ndarray, off: int) -> np.ndarray:
+    """(n_blocks, 1) float32 from the fp16 field at byte `off` of every block."""
+    return np.ascontiguousarray(blocks[:, off:off + 2]).view(np.float16).astype(np.float32)
+
+
+def _header(qtype: str, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(scale, offset, unit_blocks, block) for raw blocks (n_blocks, type_size) of one type."""
+    from gguf import quants
+
+    unit = blocks.copy()
+    if qtype in ("Q8_0", "Q4_0", "Q5_0"):
+        d = _f16(blocks, 0)
+        unit[:, 0:2] = _ONE_F16
+        return d, np.zeros_like(d), unit, 32
+    if qtype in ("Q4_1", "Q5_1"):
+        d, m = _f16(blocks, 0), _f16(blocks, 2)
+        unit[:, 0:2], unit[:, 2:4] = _ONE_F16, _ZERO_F16
+        return d, -m, unit, 32
+    if qtype in ("Q4_K", "Q5_K"):
+        d, dmin = _f16(blocks, 0), _f16(blocks, 2)
+        sc, m = quants.Q4_K.get_scale_min(np.ascontiguousarray(blocks[:, 4:16]))
+        unit[:, 0:2], unit[:, 2:4], unit[:, 4:16] = _ONE_F16, _ZERO_F16, _UNIT_K_SCALES
+        return d * sc.astype(np.float32), dmin * m.astype(np.float32), unit, 32
+    if qtype == "Q6_K":
+        scales = np.ascontiguousarray(blocks[:, 192:208]).view(np.int8).astype(np.float32)
+        d = _f16(blocks, 208)
+        unit[:, 192:208], unit[:, 208:210] = 1, _ONE_F16
+        a = d * scales
+        return a, np.zeros_like(a), unit, 16
+    raise ModelLoadError(f"no packed form for GGUF type {qtype} (packed: {', '.join(PACKED_TYPES)})")
+
+
+def pack_raw(qtype: str, raw: np.ndarray, shape: tuple[int, int], name: str = "tensor") -> PackedWeight:
+    """PackedWeight (N, K) from the raw bytes of a GGUF tensor of type `qtype` holding an (N, K) weight."""
+    from gguf import GGMLQuantizationType, quants
+    from gguf.constants import GGML_QUANT_SIZES
+
+    gtype = GGMLQuantizationType[qtype]
+    values_per_block, type_size = GGML_QUANT_SIZES[gtype]
+    n, k = shape
+    if k % values_per_block:
+        raise ModelLoadError(f"{name}: {k} inputs are not a multiple of the {qtype} block of {values_per_block}")
+    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(-1, type_size)
+    if blocks.shape[0] * values_per_block != n * k:
+        raise ModelLoadError(f"{name}: {blocks.shape[0]} {qtype} blocks do not hold a {n}x{k} weight")
+    scale, offset, unit, block = _header(qtype, blocks)
+    codes = quants.dequantize(unit.reshape(n, -1), gtype).reshape(n, k)
+    q = codes.astype(np.int8)
+    if not np.array_equal(q.astype(np.float32), codes):  # would mean our header layout is wrong
+        raise ModelLoadError(f"{name}: {qtype} codes did not decode to small integers")
+    return PackedWeight(q, np.ascontiguousarray(scale.reshape(n, k // block), dtype=np.float32),
+                        np.ascontiguousarray(offset.reshape(n, k // block), dtype=np.float32), block)
+
+
+def pack_tensor(tensor: Any, path: Union[str, Path] = "") -> Optional[PackedWeight]:
+    """PackedWeight for a 2-d GGUF tensor of a packed type, else None (kept as float32)."""
+    qtype = tensor.tensor_type.name
+    shape = tuple(int(s) for s in reversed(tensor.shape))
+    if qtype not in PACKED_TYPES or len(shape) != 2:
+        return None
+    return pack_raw(qtype, np.asarray(tensor.data), shape, f"GGUF file {path}: tensor {tensor.name}")
+
+
+def build_packed_cache(path: Union[str, Path], out_dir: Path, progress: bool = True) -> None:
+    """Pack every packable weight of GGUF `path` into out_dir ({name}.q/.scale/.offset.npy + packed.json),
+    written to a temporary sibling and renamed, so an interrupted run leaves nothing half-built."""
+    from tqdm import tqdm
+
+    from .gguf_io import gguf_to_hf_name, open_gguf
+
+    reader = open_gguf(path)
+    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        manifest = {}
+        for t in tqdm(reader.tensors, desc=f"packing {Path(path).name}", disable=not progress, leave=False):
+            name = gguf_to_hf_name(t.name)
+            pw = pack_tensor(t, path) if name is not None else None
+            if pw is None:
+                continue
+            for part, arr in (("q", pw.q), ("scale", pw.scale), ("offset", pw.offset)):
+                np.save(tmp / f"{name}.{part}.npy", arr)
+            manifest[name] = {"block": pw.block, "type": t.tensor_type.name}
+        (tmp / "packed.json").write_text(json.dumps({"format": PACKED_FORMAT, "tensors": manifest}, indent=1))
+        del reader
+        if (out_dir / "packed.json").is_file():
+            return  # another process finished first
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_packed(path: Union[str, Path], cache_dir: Optional[Union[str, Path]] = None,
+                progress: bool = True) -> dict[str, PackedWeight]:
+    """{hf_name: PackedWeight (memory-mapped)} for the packable weights of GGUF `path` (built once, cached)."""
+    from .gguf_io import cache_key
+    from .registry import cache_root
+
+    out_dir = cache_root(cache_dir) / "packed" / f"{cache_key(path)}-p{PACKED_FORMAT}"
+    if not (out_dir / "packed.json").is_file():
+        build_packed_cache(path, out_dir, progress)
+    manifest = json.loads((out_dir / "packed.json").read_text())["tensors"]
+    weights = {}
+    for name, info in manifest.items():
+        try:
+            parts = [np.asarray(np.load(out_dir / f"{name}.{p}.npy", mmap_mode="r")) for p in ("q", "scale", "offset")]
+            weights[name] = PackedWeight(*parts, block=int(info["block"]))
+        except (ValueError, OSError) as e:
+            raise ModelLoadError(f"corrupt packed weight {name} in {out_dir} ({e}); delete the folder and reload") from None
+    return weights

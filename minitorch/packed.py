@@ -1,0 +1,135 @@
+"""Packed (block-quantized) weights: a (N, K) matrix kept in the form a GGUF file stores it.
+
+    w[n, k] = scale[n, k // block] * q[n, k] - offset[n, k // block]        (float32, two roundings)
+
+q holds int8 codes, scale and offset one float32 each per block of `block` consecutive inputs. Every
+GGUF type we read (Q4_0/1, Q5_0/1, Q8_0, Q4_K, Q5_K, Q6_K) fits this form, and because the product and
+the difference are rounded separately, exactly as the gguf library's dequantizers compute them, the
+float32 weights rebuilt here are bit for bit the weights of the float32 model (tests check it).
+
+A packed model reads 1 + 8/block bytes per weight instead of float32's 4 and holds a third of the memory
+(the two default models: 2.4 GB instead of 8 GB). The weights are the model's own, not a new
+quantization: outputs differ from the float32 path only by summation order. On the 2-core box it is not
+faster yet: rebuilding each weight row costs more compute than the memory it saves (1.5B decode step
+~300 ms packed vs ~210 ms float32, 2026-11-30), so float32 stays the default.
+
+Inference only: a packed weight has no gradient. `nn.linear` and `nn.embedding` accept one in place of
+a weight tensor; backends run it through their `packed_linear` slot (FastOps: fast_packed's numba
+kernel; SimpleOps: dequantize, then numpy matmul, the reference).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .tensor_data import MiniTorchError
+
+
+class PackedWeight:
+    """A (N, K) float32 weight stored as int8 codes plus per-block scale and offset (see module doc)."""
+
+    dims = 2
+    dtype = "packed"
+    requires_grad = False
+
+    def __init__(self, q: np.ndarray, scale: np.ndarray, offset: np.ndarray, block: int) -> None:
+        if q.ndim != 2 or q.dtype != np.int8:
+            raise MiniTorchError(f"packed codes must be a 2-d int8 array, got {q.dtype} of shape {q.shape}")
+        n, k = q.shape
+        if block < 1 or k % block:
+            raise MiniTorchError(f"packed block {block} does not divide the {k} inputs")
+        want = (n, k // block)
+        for label, arr in (("scale", scale), ("offset", offset)):
+            if arr.shape != want or arr.dtype != np.float32:
+                raise MiniTorchError(f"packed {label} must be float32 of shape {want}, got {arr.dtype} {arr.shape}")
+        for label, arr in (("codes", q), ("scale", scale), ("offset", offset)):
+            if not arr.flags.c_contiguous:
+                raise MiniTorchError(f"packed {label} must be C-contiguous")
+        self.q, self.scale, self.offset, self.block = q, scale, offset, int(block)
+        self.shape = (n, k)
+
+    @property
+    def size(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.scale.nbytes + self.offset.nbytes
+
+    def requires_grad_(self, flag: bool = True) -> "PackedWeight":
+        if flag:
+            raise MiniTorchError("packed weights are inference-only and cannot require grad")
+        return self
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """float32 rows ids (any int shape) -> ids.shape + (K,), same values as dequantize()[ids]."""
+        ids = np.asarray(ids, dtype=np.int64)
+        n, k = self.shape
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            raise MiniTorchError(f"embedding ids must be in [0, {n}), got min {ids.min()} max {ids.max()}")
+        flat = ids.reshape(-1)
+        q = self.q[flat].reshape(len(flat), -1, self.block).astype(np.float32)
+        w = self.scale[flat][:, :, None] * q - self.offset[flat][:, :, None]
+        return w.reshape(ids.shape + (k,)).astype(np.float32, copy=False)
+
+    def dequantize(self) -> np.ndarray:
+        """The float32 (N, K) weight."""
+        return self.rows(np.arange(self.shape[0]))
+
+    @classmethod
+    def quantize(cls, w: np.ndarray, block: int = 32) -> "PackedWeight":
+        """Symmetric int8 per-block quantization of a float32 (N, K) array (Q8_0's recipe: scale = absmax/127,
+        offset 0). For tests and for users with float weights; GGUF weights are packed as stored instead."""
+        w = np.asarray(w, dtype=np.float32)
+        if w.ndim != 2 or w.shape[1] % block:
+            raise MiniTorchError(f"quantize needs a (N, K) array with K divisible by {block}, got {w.shape}")
+        b = w.reshape(w.shape[0], -1, block)
+        scale = (np.abs(b).max(axis=2) / np.float32(127.0)).astype(np.float32)
+        safe = np.where(scale == 0, np.float32(1.0), scale)
+        q = np.clip(np.rint(b / safe[:, :, None]), -127, 127).astype(np.int8)
+        return cls(np.ascontiguousarray(q.reshape(w.shape)), scale, np.zeros_like(scale), block)
+
+    def __repr__(self) -> str:
+        return f"PackedWeight(shape={self.shape}, block={self.block}, {self.nbytes / 2**20:.1f} MiB)"
+
+
+def packed_linear_reference(x: np.ndarray, w: PackedWeight, out: np.ndarray) -> None:
+    """out (R, N) = x (R, K) @ w^T through the dequantized float32 weight (SimpleOps' slot)."""
+    np.matmul(x, w.dequantize().T, out=out)
+
+
+def packed_linear(x: Any, weight: PackedWeight, bias: Any = None) -> Any:
+    """x (..., K) @ weight^T + bias for a packed weight; the backend's `packed_linear` slot does the product."""
+    from .autodiff import is_grad_enabled
+    from .tensor import Tensor
+    from .tensor_creation import from_numpy
+
+    n, k = weight.shape
+    if not isinstance(x, Tensor) or x.dims == 0 or x.shape[-1] != k:
+        raise MiniTorchError(f"linear: input {getattr(x, 'shape', x)} does not match weight (out, in) = {weight.shape}")
+    if x.dtype != "float32":
+        raise MiniTorchError(f"linear with a packed weight needs float32 input, got {x.dtype}")
+    if is_grad_enabled() and x.requires_grad:
+        raise MiniTorchError("packed weights are inference-only: run under minitorch.no_grad() or load float32 weights")
+    slot = getattr(x.backend, "packed_linear", None)
+    if slot is None:
+        raise MiniTorchError(f"{x.backend.name} cannot run packed weights; load the model with weights='float32'")
+    xn = np.ascontiguousarray(x.to_numpy(), dtype=np.float32).reshape(-1, k)
+    out = np.empty((xn.shape[0], n), dtype=np.float32)
+    slot(xn, weight, out)
+    y = from_numpy(out.reshape(tuple(x.shape[:-1]) + (n,)), backend=x.backend)
+    if bias is not None:
+        if bias.shape != (n,):
+            raise MiniTorchError(f"linear bias shape {bias.shape} != ({n},)")
+        y = y + bias
+    return y
+
+
+def packed_embedding(weight: PackedWeight, ids: Any) -> Any:
+    """Rows of a packed (V, D) weight for int64 ids -> ids.shape + (D,) float32 tensor."""
+    from .tensor_creation import from_numpy
+
+    if ids.dtype != "int64":
+        raise MiniTorchError(f"embedding ids must be int64, got {ids.dtype} of shape {ids.shape}")
+    return from_numpy(weight.rows(ids.to_numpy()), backend=ids.backend)

@@ -1,0 +1,140 @@
+"""Packed GGUF weights (minitorch/packed.py, minitorch/models/gguf_packed.py, minitorch/fast_packed.py):
+the packed form rebuilds gguf's own dequantization bit for bit for every packed type, the numba kernel
+matches the float32 reference and is row-count independent, and a packed model equals the float32 model."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitorch
+from minitorch import FastBackend, SimpleBackend, nn
+from minitorch.models import load_model
+from minitorch.models.errors import ModelLoadError
+from minitorch.models.gguf_packed import PACKED_TYPES, pack_raw
+from minitorch.packed import PackedWeight
+
+gguf = pytest.importorskip("gguf")
+from gguf import GGMLQuantizationType  # noqa: E402
+from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
+
+# byte offsets of the fp16 fields in one block of each type (the rest is codes and 6/8-bit scales)
+F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2),
+              "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+
+
+def random_blocks(qtype: str, n: int, k: int, seed: int) -> np.ndarray:
+    """Random raw bytes for an (n, k) tensor of `qtype`, fp16 fields set to finite values of either sign."""
+    per, size = GGML_QUANT_SIZES[GGMLQuantizationType[qtype]]
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, size=(n * k // per, size), dtype=np.uint8)
+    for off in F16_FIELDS[qtype]:
+        vals = (rng.uniform(-1, 1, size=blocks.shape[0]) * 10.0 ** rng.integers(-4, 1, size=blocks.shape[0]))
+        blocks[:, off:off + 2] = vals.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(n, -1)
+
+
+@pytest.mark.parametrize("qtype", PACKED_TYPES)
+def test_packed_form_rebuilds_gguf_dequantization_bit_for_bit(qtype: str) -> None:
+    n, k = 6, 512
+    raw = random_blocks(qtype, n, k, seed=len(qtype) + ord(qtype[1]))
+    want = gguf.quants.dequantize(raw, GGMLQuantizationType[qtype]).reshape(n, k)
+    pw = pack_raw(qtype, raw, (n, k))
+    assert pw.q.dtype == np.int8 and pw.block in (16, 32)
+    assert np.array_equal(pw.dequantize(), want), f"{qtype}: packed values differ from gguf's dequantization"
+    assert np.array_equal(pw.rows(np.array([[4, 0]])), want[[4, 0]][None])  # embedding rows
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q5_0", "Q8_0"])
+@pytest.mark.parametrize("rows", [1, 2, 5, 16, 40])
+def test_fast_kernel_matches_float32_reference(qtype: str, rows: int) -> None:
+    n, k = 70, 768  # n not a multiple of the kernel's chunk; 40 rows takes the prefill (BLAS) path
+    pw = pack_raw(qtype, random_blocks(qtype, n, k, seed=rows), (n, k))
+    x = np.random.default_rng(rows).standard_normal((rows, k)).astype(np.float32)
+    ref = x.astype(np.float64) @ pw.dequantize().T.astype(np.float64)
+    for backend in (FastBackend, SimpleBackend):
+        with minitorch.no_grad():
+            y = nn.linear(minitorch.from_numpy(x, backend=backend), pw).to_numpy()
+        scale = np.abs(x).max() * np.abs(pw.dequantize()).sum(1).max()
+        np.testing.assert_allclose(y, ref, rtol=0, atol=1e-6 * scale, err_msg=f"{backend.name}")
+
+
+def test_fast_kernel_rows_do_not_depend_on_row_count() -> None:
+    """Row t of a T-row product is the 1-row product bit for bit (verify pass == decode steps)."""
+    pw = pack_raw("Q4_K", random_blocks("Q4_K", 37, 512, seed=3), (37, 512))
+    x = np.random.default_rng(0).standard_normal((6, 512)).astype(np.float32)
+    with minitorch.no_grad():
+        many = nn.linear(minitorch.from_numpy(x, backend=FastBackend), pw).to_numpy()
+        for t in range(6):
+            one = nn.linear(minitorch.from_numpy(x[t:t + 1].copy(), backend=FastBackend), pw).to_numpy()
+            assert np.array_equal(one[0], many[t]), f"row {t}"
+
+
+def test_packed_weight_errors() -> None:
+    w = np.ones((4, 64), np.float32)
+    pw = PackedWeight.quantize(w)
+    np.testing.assert_array_equal(pw.dequantize(), w)
+    with pytest.raises(minitorch.MiniTorchError, match="does not match weight"):
+        nn.linear(minitorch.ones((2, 32), backend=FastBackend), pw)
+    x = minitorch.ones((2, 64), backend=FastBackend).requires_grad_(True)
+    with pytest.raises(minitorch.MiniTorchError, match="inference-only"):
+        nn.linear(x, pw)
+    with pytest.raises(minitorch.MiniTorchError, match="block 32 does not divide"):
+        PackedWeight(np.zeros((2, 48), np.int8), np.zeros((2, 1), np.float32), np.zeros((2, 1), np.float32), 32)
+    with pytest.raises(minitorch.MiniTorchError, match="embedding ids"):
+        pw.rows(np.array([4]))
+
+
+@pytest.fixture(scope="module")
+def gguf_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny qwen2 GGUF with 256-wide rows: Q8_0 weights, plus a Q4_K, a Q6_K and a Q5_0 tensor."""
+    torch = pytest.importorskip("torch")  # noqa: F841  (the helper builds the model with transformers)
+    from test_models_util import hf_qwen2, tiny_bpe, write_gguf
+
+    hf = hf_qwen2(seed=5, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256,
+                  num_hidden_layers=2, tie_word_embeddings=False)
+    d = 256
+    raw = {"blk.0.ffn_down.weight": (random_blocks("Q4_K", d, d, 1), GGMLQuantizationType.Q4_K),
+           "blk.1.attn_q.weight": (random_blocks("Q6_K", d, d, 2), GGMLQuantizationType.Q6_K),
+           "blk.1.ffn_up.weight": (random_blocks("Q5_0", d, d, 3), GGMLQuantizationType.Q5_0)}
+    for name, (blocks, t) in raw.items():  # keep the random weights small, like trained ones
+        per, size = GGML_QUANT_SIZES[t]
+        b = blocks.reshape(-1, size)
+        for off in F16_FIELDS[t.name]:
+            b[:, off:off + 2] = (b[:, off:off + 2].copy().view(np.float16) * np.float16(0.01)).view(np.uint8)
+    return write_gguf(tmp_path_factory.mktemp("packed") / "tiny.gguf", hf, tiny_bpe(), qtype="Q8_0", raw_override=raw)
+
+
+def test_packed_model_equals_float32_model(gguf_pair: Path, tmp_path: Path) -> None:
+    packed, _ = load_model(str(gguf_pair), progress=False, weights="packed", cache_dir=tmp_path)
+    dense, _ = load_model(str(gguf_pair), progress=False, weights="float32", cache_dir=tmp_path)
+    default, _ = load_model(str(gguf_pair), progress=False, cache_dir=tmp_path)
+    assert isinstance(packed.model.layers[0].mlp.down_proj.weight.value, PackedWeight)
+    assert not isinstance(default.model.layers[1].self_attn.q_proj.weight.value, PackedWeight)  # float32 default
+    assert not isinstance(dense.model.layers[0].mlp.down_proj.weight.value, PackedWeight)
+    ids = np.random.default_rng(0).integers(0, 400, size=9).tolist()
+    with minitorch.no_grad():
+        cp, cd = packed.new_cache(32), dense.new_cache(32)
+        lp, ld = packed(ids, cp).to_numpy()[0], dense(ids, cd).to_numpy()[0]
+        np.testing.assert_allclose(lp, ld, atol=1e-4, rtol=0)
+        # decode 5 tokens one at a time, then the same 5 as one verify pass from the same cache: bit-equal
+        start, steps = cp.length, []
+        toks = [int(lp[-1].argmax())]
+        for _ in range(5):
+            steps.append(packed([toks[-1]], cp).to_numpy()[0, -1].copy())
+            toks.append(int(steps[-1].argmax()))
+        cp.truncate(start)
+        verify = packed(toks[:5], cp).to_numpy()[0]
+    assert np.array_equal(verify, np.stack(steps)), "a packed verify pass differs from the decode steps"
+
+
+def test_packed_load_errors(gguf_pair: Path, tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="weights must be"):
+        load_model(str(gguf_pair), progress=False, weights="int4", cache_dir=tmp_path)
+
+    class NoPacked:  # a backend without a packed kernel (like CUDA)
+        name, packed_linear = "NoPacked", None
+
+    with pytest.raises(ModelLoadError, match="no packed kernel"):
+        load_model(str(gguf_pair), backend=NoPacked, progress=False, weights="packed", cache_dir=tmp_path)
