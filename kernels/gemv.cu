@@ -6,8 +6,9 @@
 //   two chunks of every row in flight per thread, so each warp reads 512 contiguous bytes of a row
 //   per load; an activation chunk, read once through the read-only cache, serves all ROWS rows.
 //   Sums stay in fp32: a warp shuffle, then 8 warps are merged through shared memory.
-// Instantiations gemv{TMAX}[_silu|_norm]_bf16 for T <= TMAX tokens: TMAX 1, 4 and 8 use ROWS = 4,
-//   TMAX 16 uses ROWS = 2. Input modes:
+// Instantiations gemv{TMAX}[_silu|_norm|_gusilu|_resnorm]_bf16 for T <= TMAX tokens: TMAX 1, 4, 5
+//   and 8 use ROWS = 4, TMAX 16 uses ROWS = 2 (5 exists for gamma = 4 verify steps: fewer registers
+//   than 8). Input modes:
 //   plain: x (T, x_stride) bf16.
 //   _silu: x rows hold 2K values [gate | up]; the input is bf16(silu(gate) * up), bit for bit what
 //          gate_up_silu_bf16 (activation.cu) would have written (the SwiGLU product fused into the
@@ -20,12 +21,31 @@
 //          add_rmsnorm (norm.cu) would have written (the norm fused into the next projection).
 // Outputs (exactly one non-null): yb (T, N) bf16, yf (T, N) fp32, or resid (T, N) fp32 that the
 //   product is ADDED to (the residual stream).
-// PDL: weights are prefetched into L2 before pdl_wait() (common.cuh), so under programmatic dependent
-//   launch the weight stream overlaps the previous kernel; the successor is triggered after the loop.
+// Epilogue variants (own kernels, one extra argument `counter`, a device uint32 that is 0 between
+//   launches):
+//   gemv{TMAX}_gusilu_bf16: W rows interleaved [gate 0, up 0, gate 1, up 1, ...] (N = 2I, even);
+//          writes yb (T, I) = bf16(silu(bf16(gate)) * bf16(up)), bit for bit what gate_up_silu_bf16
+//          writes from a bf16 [gate | up] row (the SwiGLU product done once, in the gate/up GEMV).
+//   gemv{TMAX}_resnorm_bf16: resid (T, N) += product, then the LAST block to finish (a grid-wide
+//          ticket on `counter`, reset to 0 by that block) computes yb (T, N) = bf16(bf16(resid * inv)
+//          * nw), inv = rsqrt(mean(resid^2) + eps) per token: add + RMSNorm without its own launch.
+//          The norm is computed by one block in a fixed order, so it does not depend on T either.
+//   gemv{TMAX}_qkvrope_bf16 (own argument list): the QKV projection with W's rows permuted within
+//          each head to (0, D/2, 1, D/2 + 1, ...); adds the (permuted) bias to the bf16-rounded
+//          product, applies rope at position *pos + t and writes q_out (T, Hq, D) and the K / V
+//          caches (Hkv, max_len, D): qkv_rope_append_il_bf16 (kv_cache.cu) without its own launch.
+// PDL: the successor is triggered after the loop (it may launch and wait in its pdl_wait()).
+//   -DGEMV_PREFETCH_BLOCKS=n: blocks with blockIdx.x < n prefetch their first weight chunks into L2
+//   before pdl_wait() (overlapping the previous kernel). Default 0 = off: on the H200 (2026-11-30,
+//   kernels/NOTES.md) the prefetch made the 7B decode step ~6% slower with the resnorm epilogue and
+//   gained nothing at 1.5B.
 // Limits: K % 8 == 0, x_stride % 8 == 0, W / x 16-byte aligned (the host checks); N, K < 2^31.
 #include "common.cuh"
 
 #define GEMV_THREADS 256
+#ifndef GEMV_PREFETCH_BLOCKS
+#define GEMV_PREFETCH_BLOCKS 0
+#endif
 
 __device__ __forceinline__ void bf16x8_to_f32(const uint4& v, float* f) {
   const unsigned int w[4] = {v.x, v.y, v.z, v.w};
@@ -84,10 +104,81 @@ __device__ __forceinline__ void gemv_accum(const uint4 (&wv)[ROWS], const void* 
   }
 }
 
-template <int ROWS, int TMAX, int MODE>
+// The last block's RMSNorm of one complete residual row (other blocks wrote it: read from L2 with
+// ordered loads after the ticket's fence): out = bf16(bf16(row * inv) * nw), inv = rsqrt(mean(row^2) + eps).
+// Fast path (n % 4 == 0, n <= RN_V * 4 * GEMV_THREADS = 4096): every 16-byte load issued before the first use,
+// the row kept in registers; else a scalar loop. The sum of squares runs in a fixed order either way.
+// `buf` needs GEMV_THREADS / 32 floats of shared memory.
+__device__ __forceinline__ float4 ld_cg_f4(const float* p) {
+  float4 v;
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ float ld_cg_f1(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+#define RN_V 4
+__device__ void resnorm_row(const float* row, const bf16_t* __restrict__ nw, bf16_t* __restrict__ out, int n,
+                            float eps, float* buf) {
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+  const bool vec = (n & 3) == 0 && n <= RN_V * 4 * GEMV_THREADS && (((size_t)row) & 15) == 0;
+  float4 v[RN_V];
+  float ss = 0.f;
+  if (vec) {
+#pragma unroll
+    for (int u = 0; u < RN_V; ++u) {
+      int k = 4 * (tid + u * GEMV_THREADS);
+      v[u] = k < n ? ld_cg_f4(row + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < RN_V; ++u)
+      ss = fmaf(v[u].w, v[u].w, fmaf(v[u].z, v[u].z, fmaf(v[u].y, v[u].y, fmaf(v[u].x, v[u].x, ss))));
+  } else {
+    for (int k = tid; k < n; k += GEMV_THREADS) { float x = ld_cg_f1(row + k); ss = fmaf(x, x, ss); }
+  }
+  ss = warp_sum(ss);
+  __syncthreads();  // buf reuse
+  if (lane == 0) buf[wid] = ss;
+  __syncthreads();
+  float tot = 0.f;
+#pragma unroll
+  for (int w = 0; w < GEMV_THREADS / 32; ++w) tot += buf[w];
+  const float inv = rsqrtf(tot / n + eps);
+  if (vec) {
+#pragma unroll
+    for (int u = 0; u < RN_V; ++u) {
+      int k = 4 * (tid + u * GEMV_THREADS);
+      if (k < n) {
+        const float x[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) out[k + i] = from_f<bf16_t>(round_bf16(x[i] * inv) * to_f(nw[k + i]));
+      }
+    }
+  } else {
+    for (int k = tid; k < n; k += GEMV_THREADS)
+      out[k] = from_f<bf16_t>(round_bf16(ld_cg_f1(row + k) * inv) * to_f(nw[k]));
+  }
+}
+
+enum { OUT_PLAIN = 0, OUT_GUSILU = 1, OUT_RESNORM = 2, OUT_QKVROPE = 3 };
+
+// What the QKV rope epilogue needs (zero for the other kernels).
+struct RopeArgs {
+  const bf16_t* bias;  // permuted like W's rows, or null
+  bf16_t* q_out;       // (T, Hq, D)
+  bf16_t* kc;          // (Hkv, max_len, D)
+  bf16_t* vc;
+  const int* pos;      // device int32: position of token 0
+  int Hq, Hkv, D, max_len;
+  float theta;
+};
+
+template <int ROWS, int TMAX, int MODE, int OUT>
 __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__ x, const bf16_t* __restrict__ nw,
                           float eps, bf16_t* __restrict__ yb, float* __restrict__ yf, float* __restrict__ resid,
-                          int N, int K, int T, int x_stride) {
+                          int N, int K, int T, int x_stride, unsigned int* counter, const RopeArgs ra) {
   __shared__ float red[GEMV_THREADS / 32][ROWS * TMAX];
   __shared__ float s_inv[TMAX];
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
@@ -98,11 +189,15 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
   for (int r = 0; r < ROWS; ++r) wr[r] = reinterpret_cast<const uint4*>(W + (i64)min(n0 + r, N - 1) * K);
   // start the weight stream (constant data) into L2 before waiting for the previous kernel (PDL) and
   // before the (latency-bound) norm statistics
+#if GEMV_PREFETCH_BLOCKS > 0
+  if (blockIdx.x < GEMV_PREFETCH_BLOCKS) {
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    if (tid < K8) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + tid));
-    if (tid + GEMV_THREADS < K8) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + tid + GEMV_THREADS));
+    for (int r = 0; r < ROWS; ++r) {
+      if (tid < K8) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + tid));
+      if (tid + GEMV_THREADS < K8) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + tid + GEMV_THREADS));
+    }
   }
+#endif
   pdl_wait();  // x / resid / outputs are touched only after this
   if (MODE == MODE_NORM) {
     float ss[TMAX];
@@ -157,6 +252,51 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
       if (lane == 0) red[wid][r * TMAX + t] = v;
     }
   __syncthreads();
+  if (OUT == OUT_QKVROPE) {
+    // rows n0 + 2p, n0 + 2p + 1 = elements i, i + D/2 of head h (permuted rows): bias, rotate, write
+    // q / the K cache / the V cache, exactly as qkv_rope_append_il_bf16 does from the bf16 product
+    if (tid < (ROWS / 2) * TMAX) {
+      int p = tid / TMAX, t = tid % TMAX, n = n0 + 2 * p;
+      if (n < N && t < T) {  // N = H3 * D, D even: row n + 1 exists too
+        float x1 = 0.f, x2 = 0.f;
+#pragma unroll
+        for (int w = 0; w < GEMV_THREADS / 32; ++w) x1 += red[w][(2 * p) * TMAX + t];
+#pragma unroll
+        for (int w = 0; w < GEMV_THREADS / 32; ++w) x2 += red[w][(2 * p + 1) * TMAX + t];
+        x1 = round_bf16(x1);
+        x2 = round_bf16(x2);
+        if (ra.bias) { x1 = __fadd_rn(x1, to_f(ra.bias[n])); x2 = __fadd_rn(x2, to_f(ra.bias[n + 1])); }
+        const int h = n / ra.D, i = (n - h * ra.D) >> 1, half = ra.D >> 1, pos = *ra.pos + t;
+        bf16_t* dst;
+        if (h < ra.Hq + ra.Hkv) {
+          rope_pair(x1, x2, pos, i, ra.D, ra.theta, x1, x2);
+          dst = h < ra.Hq ? ra.q_out + ((i64)t * ra.Hq + h) * ra.D : ra.kc + ((i64)(h - ra.Hq) * ra.max_len + pos) * ra.D;
+        } else {
+          dst = ra.vc + ((i64)(h - ra.Hq - ra.Hkv) * ra.max_len + pos) * ra.D;
+        }
+        dst[i] = from_f<bf16_t>(x1);
+        dst[i + half] = from_f<bf16_t>(x2);
+      }
+    }
+    return;
+  }
+  if (OUT == OUT_GUSILU) {
+    // rows n0 + 2p (gate) and n0 + 2p + 1 (up) -> column (n0 / 2) + p of the SwiGLU product
+    if (tid < (ROWS / 2) * TMAX) {
+      int p = tid / TMAX, t = tid % TMAX, n = n0 + 2 * p;
+      if (n < N && t < T) {  // N even: row n + 1 exists too
+        float g = 0.f, u = 0.f;
+#pragma unroll
+        for (int w = 0; w < GEMV_THREADS / 32; ++w) g += red[w][(2 * p) * TMAX + t];
+#pragma unroll
+        for (int w = 0; w < GEMV_THREADS / 32; ++w) u += red[w][(2 * p + 1) * TMAX + t];
+        g = round_bf16(g);
+        u = round_bf16(u);
+        yb[(i64)t * (N >> 1) + (n >> 1)] = from_f<bf16_t>(g / (1.f + __expf(-g)) * u);
+      }
+    }
+    return;
+  }
   if (tid < ROWS * TMAX) {
     int r = tid / TMAX, t = tid % TMAX, n = n0 + r;
     if (n < N && t < T) {
@@ -164,10 +304,23 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
 #pragma unroll
       for (int w = 0; w < GEMV_THREADS / 32; ++w) s += red[w][tid];
       i64 o = (i64)t * N + n;
-      if (resid) resid[o] += s;
+      if (OUT == OUT_RESNORM || resid) resid[o] += s;
       else if (yf) yf[o] = s;
       else yb[o] = from_f<bf16_t>(s);
     }
+  }
+  if (OUT == OUT_RESNORM) {
+    // grid-wide ticket: the last block to finish normalises the (now complete) residual rows
+    __shared__ int s_last;
+    __threadfence();  // this block's resid writes, visible device-wide before its ticket
+    __syncthreads();
+    if (tid == 0) s_last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int t = 0; t < T; ++t)  // `red` as a flat buffer: 8 * ROWS * TMAX >= 8 floats
+      resnorm_row(resid + (i64)t * N, nw, yb + (i64)t * N, N, eps, &red[0][0]);
+    if (tid == 0) *counter = 0u;  // ready for the next launch (which waits for this grid to finish)
   }
 }
 
@@ -176,14 +329,37 @@ extern "C" {
   __global__ void __launch_bounds__(GEMV_THREADS) NAME(const bf16_t* W, const void* x, const bf16_t* nw,  \
                                                        float eps, bf16_t* yb, float* yf, float* resid,    \
                                                        int N, int K, int T, int x_stride) {               \
-    gemv_body<ROWS, TM, MODE>(W, x, nw, eps, yb, yf, resid, N, K, T, x_stride);                           \
+    gemv_body<ROWS, TM, MODE, OUT_PLAIN>(W, x, nw, eps, yb, yf, resid, N, K, T, x_stride, 0, RopeArgs{});  \
+  }
+// one-token epilogue instantiations keep 4 blocks (32 warps) a multiprocessor: their
+// epilogues (vector loads, IEEE division) must not take the weight stream's occupancy (no spills)
+#define GEMV_MINB(TM, OUT) ((TM) == 1 ? 4 : 1)
+#define GEMV_EPI_KERNEL(NAME, TM, ROWS, OUT)                                                             \
+  __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MINB(TM, OUT)) NAME(const bf16_t* W, const void* x, const bf16_t* nw,  \
+                                                       float eps, bf16_t* yb, float* yf, float* resid,    \
+                                                       int N, int K, int T, int x_stride,                 \
+                                                       unsigned int* counter) {                           \
+    gemv_body<ROWS, TM, MODE_PLAIN, OUT>(W, x, nw, eps, yb, yf, resid, N, K, T, x_stride, counter,        \
+                                         RopeArgs{});                                                    \
+  }
+#define GEMV_ROPE_KERNEL(NAME, TM, ROWS)                                                                 \
+  __global__ void __launch_bounds__(GEMV_THREADS) NAME(const bf16_t* W, const bf16_t* x, int N, int K, int T, \
+                                                       const bf16_t* bias, bf16_t* q_out, bf16_t* kc,     \
+                                                       bf16_t* vc, const int* pos, int Hq, int Hkv, int D, \
+                                                       int max_len, float theta) {                        \
+    gemv_body<ROWS, TM, MODE_PLAIN, OUT_QKVROPE>(W, x, 0, 0.f, 0, 0, 0, N, K, T, K, 0,                    \
+                                                 RopeArgs{bias, q_out, kc, vc, pos, Hq, Hkv, D, max_len, theta}); \
   }
 #define GEMV_INST(TM, ROWS)                                  \
   GEMV_KERNEL(gemv##TM##_bf16, TM, ROWS, MODE_PLAIN)         \
   GEMV_KERNEL(gemv##TM##_silu_bf16, TM, ROWS, MODE_SILU)     \
-  GEMV_KERNEL(gemv##TM##_norm_bf16, TM, ROWS, MODE_NORM)
+  GEMV_KERNEL(gemv##TM##_norm_bf16, TM, ROWS, MODE_NORM)     \
+  GEMV_EPI_KERNEL(gemv##TM##_gusilu_bf16, TM, ROWS, OUT_GUSILU) \
+  GEMV_EPI_KERNEL(gemv##TM##_resnorm_bf16, TM, ROWS, OUT_RESNORM) \
+  GEMV_ROPE_KERNEL(gemv##TM##_qkvrope_bf16, TM, ROWS)
 GEMV_INST(1, 4)
 GEMV_INST(4, 4)
+GEMV_INST(5, 4)
 GEMV_INST(8, 4)
 GEMV_INST(16, 2)
 }

@@ -10,6 +10,9 @@
 //   computed in fp32 as transformers computes its cos/sin tables.
 //   Launch: grid (T, H3), block D/2 threads (one per rotation pair). Limits: D even, D <= 2048,
 //   pos0 + T <= max_len (the host checks).
+// qkv_rope_append_il_*: the same for the decoder's permuted QKV rows: within each head the rows are
+//   ordered (0, D/2, 1, D/2 + 1, ...), so a rotation pair is adjacent (qkv and bias alike); rotation
+//   by rope_pair (common.cuh), bit for bit what the QKV GEMV's rope epilogue (gemv.cu) computes.
 #include "common.cuh"
 
 template <typename T>
@@ -54,6 +57,28 @@ __device__ void qkv_rope_append_body(const T* qkv, const T* bias, T* q_out, T* k
   }
 }
 
+template <typename T>
+__device__ void qkv_rope_append_il_body(const T* qkv, const T* bias, T* q_out, T* kc, T* vc, const int* pos_ptr,
+                                        int Hq, int Hkv, int D, int max_len, float theta) {
+  int t = blockIdx.x, h = blockIdx.y, H3 = Hq + 2 * Hkv, half = D >> 1;
+  int pos = *pos_ptr + t;
+  const T* src = qkv + ((i64)t * H3 + h) * D;
+  const T* b = bias ? bias + (i64)h * D : (const T*)0;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float x1 = to_f(src[2 * i]), x2 = to_f(src[2 * i + 1]);
+    if (b) { x1 = __fadd_rn(x1, to_f(b[2 * i])); x2 = __fadd_rn(x2, to_f(b[2 * i + 1])); }
+    T* dst;
+    if (h < Hq + Hkv) {
+      rope_pair(x1, x2, pos, i, D, theta, x1, x2);
+      dst = h < Hq ? q_out + ((i64)t * Hq + h) * D : kc + ((i64)(h - Hq) * max_len + pos) * D;
+    } else {
+      dst = vc + ((i64)(h - Hq - Hkv) * max_len + pos) * D;
+    }
+    dst[i] = from_f<T>(x1);
+    dst[i + half] = from_f<T>(x2);
+  }
+}
+
 extern "C" {
 #define KV_INST(sfx, T)                                                                               \
   __global__ void kv_append_##sfx(const T* k, const T* v, T* kc, T* vc, const int* pos_ptr, int pos,    \
@@ -65,6 +90,11 @@ extern "C" {
     pdl_wait();                                                                                       \
     qkv_rope_append_body<T>(qkv, bias, q_out, kc, vc, pos_ptr, Hq, Hkv, D, max_len, theta);           \
   }
+__global__ void qkv_rope_append_il_bf16(const bf16_t* qkv, const bf16_t* bias, bf16_t* q_out, bf16_t* kc, bf16_t* vc,
+                                        const int* pos_ptr, int Hq, int Hkv, int D, int max_len, float theta) {
+  pdl_wait();
+  qkv_rope_append_il_body<bf16_t>(qkv, bias, q_out, kc, vc, pos_ptr, Hq, Hkv, D, max_len, theta);
+}
 KV_INST(f32, float)
 KV_INST(bf16, bf16_t)
 }

@@ -5,9 +5,12 @@ projections concatenated so each is one GEMM), a preallocated KV cache, and ever
 One step over T tokens is: embedding -> per layer [add+RMSNorm, QKV GEMM, bias+rope+KV append,
 split attention + combine, O GEMM, add+RMSNorm, gate/up GEMM, SiLU-mul, down GEMM] -> final norm ->
 LM head GEMM -> device argmax. For decode / verify steps the products run in our bf16 GEMV kernel
-(kernels/gemv.cu) with SwiGLU fused into the down projection (one-token steps) and O / down
-projections added straight into the fp32 residual stream (optionally RMSNorm fused into the next
-projection: slower on the H200, see kernels/NOTES.md); prefill uses cuBLAS and the separate kernels.
+(kernels/gemv.cu): the gate/up weight rows are interleaved (gate j, up j) so the gate/up GEMV writes
+the SwiGLU product itself (silu="gateup", default; "down" keeps the older SwiGLU-in-the-down-
+projection variant), the O / down projections add straight into the fp32 residual stream and their
+last block computes the next RMSNorm (norm_epilogue, default; no separate norm launches), or
+optionally RMSNorm is fused into the next projection (fuse_norm: slower on the H200, see
+kernels/NOTES.md); prefill uses cuBLAS and the separate kernels.
 
 Exactness: with gemv="ours" every kernel of a step computes each token's values in an order that
 does not depend on how many tokens the step holds (kernels/gemv.cu, attention.cu), so a verify step
@@ -34,6 +37,9 @@ from .cuda_blas import CUDA_R_16BF, CUDA_R_32F, cublas
 from .cuda_launch import ATT_RMAX, argmax_plan
 from .cuda_pdl import PdlLauncher
 from .cuda_runtime import get_cupy, kernels
+
+
+_NORMED = object()  # "xn already holds the normalised residual" (a resnorm GEMV's epilogue wrote it)
 
 
 def _bf16_bits(cp: Any, arr: Any) -> Any:
@@ -86,19 +92,33 @@ class CudaDecoder:
     """A Qwen2 model resident on the GPU with a KV cache of max_len positions and CUDA-graph steps."""
 
     def __init__(self, cfg: Any, weights: Dict[str, Any], max_len: int, max_tokens: int = 128,
-                 gemv: str = "ours1", fuse_norm: bool = False, pdl: Optional[bool] = None) -> None:
+                 gemv: str = "ours1", fuse_norm: bool = False, pdl: Optional[bool] = None,
+                 silu: str = "gateup", norm_epilogue: bool = True, qkv_rope: bool = True) -> None:
         """gemv: which steps run their products in kernels/gemv.cu (SwiGLU and the residual add
         fused in): "ours1" one-token steps (default: verify steps then cost about one decode
         step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
         separate norm / SwiGLU kernels; "ours" makes verify == decode bit for bit (module doc).
         fuse_norm: RMSNorm computed inside those GEMVs (default off: slower on the H200).
         pdl: launch the step's kernels with programmatic dependent launch (minitorch/cuda_pdl.py);
-        None (default) = on for compute capability >= 9.0 (H200: decode step 1.78 -> 1.63 ms at 1.5B)."""
+        None (default) = on for compute capability >= 9.0 (H200: decode step 1.78 -> 1.63 ms at 1.5B).
+        silu: "gateup" (default) = gate/up weight rows interleaved, our gate/up GEMV writes
+        bf16(silu(gate) * up) in its epilogue (cuBLAS steps: gate_up_silu_il_bf16); "down" = the
+        earlier layout [gate | up], SwiGLU recomputed by every block of the down GEMV (T=1 only).
+        norm_epilogue: our O / down GEMVs that add into the residual stream also compute the next
+        RMSNorm in their last block (no add_rmsnorm launch); ignored with fuse_norm.
+        qkv_rope: q/k/v weight rows (and biases) permuted within each head to (0, D/2, 1, D/2+1, ...)
+        so our QKV GEMV applies rope and writes q and the KV caches in its epilogue (no
+        qkv_rope_append launch); cuBLAS steps use qkv_rope_append_il_bf16 on the permuted product."""
         if gemv not in ("ours", "ours1", "cublas"):
             raise ValueError(f"gemv must be 'ours', 'ours1' or 'cublas', got {gemv!r}")
+        if silu not in ("gateup", "down"):
+            raise ValueError(f"silu must be 'gateup' or 'down', got {silu!r}")
         cp = self.cp = get_cupy()
         self.gemv = gemv
         self.fuse_norm = fuse_norm
+        self.silu = silu
+        self.norm_epilogue = bool(norm_epilogue) and not fuse_norm
+        self.qkv_rope = bool(qkv_rope)
         self.cfg = cfg
         H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
         Hq, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -120,7 +140,16 @@ class CudaDecoder:
             qkv = cp.concatenate([get(p + f"self_attn.{n}_proj.weight") for n in "qkv"], axis=0)  # (H3*D, H)
             has_bias = (p + "self_attn.q_proj.bias") in weights
             bias = cp.concatenate([get(p + f"self_attn.{n}_proj.bias") for n in "qkv"]) if has_bias else None
-            gu = cp.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")], axis=0)  # (2I, H)
+            if self.qkv_rope:  # rows of each head: 0, D/2, 1, D/2 + 1, ... (rotation pairs adjacent)
+                H3_ = Hq + 2 * Hkv
+                qkv = cp.ascontiguousarray(qkv.reshape(H3_, 2, D // 2, H).transpose(0, 2, 1, 3).reshape(H3_ * D, H))
+                if bias is not None:
+                    bias = cp.ascontiguousarray(bias.reshape(H3_, 2, D // 2).transpose(0, 2, 1).reshape(-1))
+            if silu == "gateup":  # rows gate 0, up 0, gate 1, up 1, ... (2I, H)
+                gu = cp.stack([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")], axis=1).reshape(2 * I, H)
+            else:  # [gate | up] (2I, H)
+                gu = cp.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")], axis=0)
+            gu = cp.ascontiguousarray(gu)
             self.layers.append(dict(
                 qkv=qkv, qkv_bias=bias, o=get(p + "self_attn.o_proj.weight"), gate_up=gu,
                 down=get(p + "mlp.down_proj.weight"), ln1=get(p + "input_layernorm.weight"),
@@ -149,6 +178,7 @@ class CudaDecoder:
         self.ws_m = cp.zeros(Hq * T * self.nsplit, cp.float32)
         self.ws_l = cp.zeros(Hq * T * self.nsplit, cp.float32)
         self.ws_acc = cp.zeros(Hq * T * self.nsplit * D, cp.float32)
+        self.counter = cp.zeros(1, cp.uint32)  # grid-wide ticket of the resnorm GEMVs (0 between launches)
         self.blas = cublas()
         if pdl is None:
             pdl = int(cp.cuda.Device().compute_capability) >= 90
@@ -163,17 +193,25 @@ class CudaDecoder:
         limit = {"ours": 16, "ours1": 1, "cublas": 0}[self.gemv]
         return M <= limit and K % 8 == 0
 
+    @staticmethod
+    def _tmax(M: int) -> "tuple[int, int]":
+        """(TMAX, output rows a block) of the kernels/gemv.cu instantiation for an M-token step."""
+        tm = 1 if M == 1 else 4 if M <= 4 else 5 if M == 5 else 8 if M <= 8 else 16
+        return tm, (2 if tm == 16 else 4)
+
     def _gemv(self, x: Any, w: Any, M: int, N: int, K: int, yb: Any = None, yf: Any = None,
               resid: Any = None, mode: str = "", nw: Any = None) -> None:
-        """kernels/gemv.cu; mode "" (x bf16), "_silu" (x = [gate | up]) or "_norm" (x = fp32
-        residual rows, normalised with weight nw inside the kernel)."""
-        tm = 1 if M == 1 else 4 if M <= 4 else 8 if M <= 8 else 16
-        rows = 2 if tm == 16 else 4  # output rows a block (kernels/gemv.cu)
+        """kernels/gemv.cu; mode "" (x bf16), "_silu" (x = [gate | up]), "_norm" (x = fp32
+        residual rows, normalised with weight nw inside the kernel), "_gusilu" (interleaved gate/up
+        rows -> yb = SwiGLU product) or "_resnorm" (resid += x @ w^T, then yb = RMSNorm(resid) * nw)."""
+        tm, rows = self._tmax(M)
         z = np.uint64(0)
-        self.k.launch(f"gemv{tm}{mode}_bf16", (math.ceil(N / rows),), (256,),
-                      (w, x, nw if nw is not None else z, np.float32(self.eps), yb if yb is not None else z,
-                       yf if yf is not None else z, resid if resid is not None else z, np.int32(N), np.int32(K),
-                       np.int32(M), np.int32(2 * K if mode == "_silu" else K)))
+        args = (w, x, nw if nw is not None else z, np.float32(self.eps), yb if yb is not None else z,
+                yf if yf is not None else z, resid if resid is not None else z, np.int32(N), np.int32(K),
+                np.int32(M), np.int32(2 * K if mode == "_silu" else K))
+        if mode in ("_gusilu", "_resnorm"):
+            args = args + (self.counter,)
+        self.k.launch(f"gemv{tm}{mode}_bf16", (math.ceil(N / rows),), (256,), args)
 
     def _gemm(self, x: Any, w: Any, y: Any, M: int, N: int, K: int, out_f32: bool = False) -> None:
         """y[M, N] = x[M, K] @ w[N, K]^T (bf16, or fp32 logits)."""
@@ -183,10 +221,14 @@ class CudaDecoder:
         self.blas.linear(x.data.ptr, w.data.ptr, y.data.ptr, M, N, K, CUDA_R_16BF, CUDA_R_16BF,
                          CUDA_R_32F if out_f32 else CUDA_R_16BF)
 
-    def _gemm_resid(self, x: Any, w: Any, tmp: Any, M: int, N: int, K: int) -> Optional[Any]:
+    def _gemm_resid(self, x: Any, w: Any, tmp: Any, M: int, N: int, K: int, nw: Any = None) -> Optional[Any]:
         """Project and add into the fp32 residual stream; returns the bf16 delta still to be added
-        (cuBLAS path: the next add+RMSNorm adds it) or None (our GEMV added it already)."""
+        (cuBLAS path: the next add+RMSNorm adds it), None (our GEMV added it already) or _NORMED
+        (our GEMV added it and wrote xn = RMSNorm(resid) * nw as well: norm_epilogue)."""
         if self._ours(M, K):
+            if nw is not None and self.norm_epilogue:
+                self._gemv(x, w, M, N, K, yb=self.xn, resid=self.resid, mode="_resnorm", nw=nw)
+                return _NORMED
             self._gemv(x, w, M, N, K, resid=self.resid)
             return None
         self._gemm(x, w, tmp, M, N, K)
@@ -203,6 +245,9 @@ class CudaDecoder:
         """Rows r0..T-1 of rmsnorm(resid + delta) @ w^T: one fused GEMV when the residual stream
         is complete (delta None) and the step is ours, else add+RMSNorm then the product."""
         H = self.H
+        if delta is _NORMED:  # xn already holds rmsnorm(resid) * nw (the previous GEMV's epilogue)
+            self._gemm(self.xn[r0:T], w, yf if yf is not None else yb, T - r0, N, H, out_f32=yf is not None)
+            return
         if delta is None and self.fuse_norm and self._ours(T - r0, H):
             self._gemv(self.resid[r0:T], w, T - r0, N, H, yb=yb, yf=yf, mode="_norm", nw=nw)
             return
@@ -216,11 +261,22 @@ class CudaDecoder:
         k.launch("embedding_bf16_f32", (T,), (256,), (self.embed, self.tokens, self.resid, i32(self.V), i32(H)))
         groups = math.ceil((Hq // Hkv) * T / ATT_RMAX)
         delta: Optional[Any] = None
-        for lw in self.layers:
-            self._normed_proj(delta, lw["ln1"], lw["qkv"], T, H3 * D, yb=self.qkv)
-            k.launch("qkv_rope_append_bf16", (T, H3), (max(32, D // 2),),
-                     (self.qkv, lw["qkv_bias"] if lw["qkv_bias"] is not None else np.uint64(0), self.q, lw["k"],
-                      lw["v"], self.pos, i32(Hq), i32(Hkv), i32(D), i32(self.max_len), np.float32(self.theta)))
+        norms = [lw["ln2"] for lw in self.layers]
+        nexts = [lw["ln1"] for lw in self.layers[1:]] + [self.final_norm]
+        for li, lw in enumerate(self.layers):
+            bias = lw["qkv_bias"] if lw["qkv_bias"] is not None else np.uint64(0)
+            if self.qkv_rope and self._ours(T, H):  # rope + KV append in the QKV GEMV's epilogue
+                if delta is not _NORMED:
+                    self._norm(delta, lw["ln1"], T)
+                tm, rows = self._tmax(T)
+                k.launch(f"gemv{tm}_qkvrope_bf16", (math.ceil(H3 * D / rows),), (256,),
+                         (lw["qkv"], self.xn, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"], self.pos,
+                          i32(Hq), i32(Hkv), i32(D), i32(self.max_len), np.float32(self.theta)))
+            else:
+                self._normed_proj(delta, lw["ln1"], lw["qkv"], T, H3 * D, yb=self.qkv)
+                k.launch("qkv_rope_append_il_bf16" if self.qkv_rope else "qkv_rope_append_bf16", (T, H3),
+                         (max(32, D // 2),), (self.qkv, bias, self.q, lw["k"], lw["v"], self.pos, i32(Hq), i32(Hkv),
+                                              i32(D), i32(self.max_len), np.float32(self.theta)))
             k.launch("attn_partial_bf16", (self.nsplit, Hkv, groups), (128,),
                      (self.q, lw["k"], lw["v"], self.ws_m, self.ws_l, self.ws_acc, self.pos, i32(0),
                       np.int64(0), np.int64(D), np.int64(Hq * D), np.int64(0), np.int64(self.max_len * D),
@@ -229,15 +285,22 @@ class CudaDecoder:
             k.launch("attn_combine_bf16", (Hq * T,), (32 * math.ceil(D / 32),),
                      (self.ws_m, self.ws_l, self.ws_acc, self.attn, np.int64(0), np.int64(D), np.int64(Hq * D),
                       i32(Hq), i32(T), i32(D), i32(self.nsplit)))
-            delta = self._gemm_resid(self.attn, lw["o"], self.o, T, H, Hq * D)
-            self._normed_proj(delta, lw["ln2"], lw["gate_up"], T, 2 * I, yb=self.gu)
-            if T == 1 and self._ours(T, I):  # SwiGLU fused into the down projection's input
+            delta = self._gemm_resid(self.attn, lw["o"], self.o, T, H, Hq * D, nw=norms[li])
+            if self.silu == "gateup" and self._ours(T, H):  # SwiGLU in the gate/up GEMV's epilogue
+                if delta is not _NORMED:
+                    self._norm(delta, lw["ln2"], T)
+                self._gemv(self.xn, lw["gate_up"], T, 2 * I, H, yb=self.act, mode="_gusilu")
+            else:
+                self._normed_proj(delta, lw["ln2"], lw["gate_up"], T, 2 * I, yb=self.gu)
+            if self.silu == "gateup" and self._ours(T, H):
+                delta = self._gemm_resid(self.act, lw["down"], self.down, T, H, I, nw=nexts[li])
+            elif self.silu == "down" and T == 1 and self._ours(T, I):  # SwiGLU fused into the down projection's input
                 self._gemv(self.gu, lw["down"], T, H, I, resid=self.resid, mode="_silu")
                 delta = None
             else:
-                k.launch("gate_up_silu_bf16", (min(4096, math.ceil(T * I / 256)),), (256,),
-                         (self.gu, self.act, np.int64(T), i32(I)))
-                delta = self._gemm_resid(self.act, lw["down"], self.down, T, H, I)
+                k.launch("gate_up_silu_il_bf16" if self.silu == "gateup" else "gate_up_silu_bf16",
+                         (min(4096, math.ceil(T * I / 256)),), (256,), (self.gu, self.act, np.int64(T), i32(I)))
+                delta = self._gemm_resid(self.act, lw["down"], self.down, T, H, I, nw=nexts[li])
         r0 = 0 if all_logits else T - 1
         rows = T - r0
         self._normed_proj(delta, self.final_norm, self.lm_head, T, self.V, r0=r0, yf=self.logits)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 PKG_DIR = Path(__file__).resolve().parent
-BUILD_DIR = PKG_DIR / "cuda_kernels"
+# compile_cuda.sh honours the same variable (a second build, e.g. with other NVCC_FLAGS, for A/B timing)
+BUILD_DIR = Path(os.environ.get("MINITORCH_CUDA_BUILD_DIR") or PKG_DIR / "cuda_kernels")
 SRC_DIR = PKG_DIR.parent / "kernels"
 
 # kernel-name prefix -> kernels/<file>.cu (longest prefix wins)
@@ -29,7 +30,7 @@ KERNEL_FILES: Dict[str, str] = {
     "embedding_": "embedding",
     "silu_mul_": "activation", "gate_up_silu_": "activation",
     "decode_advance": "decode", "set_pos": "decode",
-    "gemv1_": "gemv", "gemv4_": "gemv", "gemv8_": "gemv", "gemv16_": "gemv",
+    "gemv1_": "gemv", "gemv4_": "gemv", "gemv5_": "gemv", "gemv8_": "gemv", "gemv16_": "gemv",
 }
 
 

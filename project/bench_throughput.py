@@ -96,7 +96,8 @@ def profile_step(cp: Any, dec: Any, T: int) -> Dict[str, float]:
         s.record()
         lib.launch(name, grid, block, args, shared_mem)
         e.record()
-        label = f"{name} N={int(args[7])} K={int(args[8])}" if name.startswith("gemv") else name
+        nk = (2, 3) if "qkvrope" in name else (7, 8)  # where N and K sit in the argument list
+        label = f"{name} N={int(args[nk[0]])} K={int(args[nk[1]])}" if name.startswith("gemv") else name
         evs.append((label, s, e))
 
     def linear(x: int, w: int, y: int, M: int, N: int, K: int, *rest: Any) -> None:
@@ -134,7 +135,8 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
     t0 = time.perf_counter()
     w = random_weights(cfg, seed=0) if args.model is None else args.weights
     dec = CudaDecoder(cfg, w, max_len=max_len, max_tokens=max(args.prompt, 9), gemv=args.gemv,
-                      fuse_norm=args.fuse_norm, pdl={"auto": None, "on": True, "off": False}[args.pdl])
+                      fuse_norm=args.fuse_norm, pdl={"auto": None, "on": True, "off": False}[args.pdl],
+                      silu=args.silu, norm_epilogue=args.norm_epilogue == "on", qkv_rope=args.qkv_rope == "on")
     del w
     cp.get_default_memory_pool().free_all_blocks()
     setup = time.perf_counter() - t0
@@ -273,6 +275,15 @@ def main(argv: List[str] | None = None) -> int:
                          "cuBLAS everywhere")
     ap.add_argument("--fuse-norm", action="store_true",
                     help="compute RMSNorm inside our GEMVs (slower on the H200: each block re-reduces the row)")
+    ap.add_argument("--silu", choices=["gateup", "down"], default="gateup",
+                    help="where one-token (our-GEMV) steps compute SwiGLU: in the gate/up GEMV's epilogue, "
+                         "interleaved weight rows (gateup, default), or in every block of the down GEMV (down)")
+    ap.add_argument("--norm-epilogue", choices=["on", "off"], default="on",
+                    help="our O / down GEMVs compute the next RMSNorm in their last block (on, default) "
+                         "or a separate add_rmsnorm kernel runs (off)")
+    ap.add_argument("--qkv-rope", choices=["on", "off"], default="on",
+                    help="our QKV GEMV applies rope and appends K/V in its epilogue (on, default) or a separate "
+                         "qkv_rope_append kernel runs (off)")
     ap.add_argument("--pdl", choices=["auto", "on", "off"], default="auto",
                     help="programmatic dependent launch (each kernel's start overlaps the previous one's tail): "
                          "auto = on for compute capability >= 9.0 (default)")
@@ -285,7 +296,7 @@ def main(argv: List[str] | None = None) -> int:
     if args.prompt < 1 or args.new < 2:
         print("bench_throughput: --prompt must be >= 1 and --new >= 2", file=sys.stderr)
         return 2
-    from minitorch.cuda_runtime import cuda_available, get_cupy, unavailable_reason
+    from minitorch.cuda_runtime import BUILD_DIR, cuda_available, get_cupy, unavailable_reason
 
     if not cuda_available():
         print(f"bench_throughput: {unavailable_reason()}", file=sys.stderr)
@@ -294,7 +305,8 @@ def main(argv: List[str] | None = None) -> int:
     dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     bw = copy_bandwidth(cp)
     print(f"device {dev}; measured copy bandwidth {bw / 1e9:.0f} GB/s; prompt {args.prompt}, new {args.new}, "
-          f"greedy, bf16, gemv={args.gemv}, fuse_norm={args.fuse_norm}, pdl={args.pdl}")
+          f"greedy, bf16, gemv={args.gemv}, fuse_norm={args.fuse_norm}, pdl={args.pdl}, silu={args.silu}, "
+          f"norm_epilogue={args.norm_epilogue}, qkv_rope={args.qkv_rope}; kernels from {BUILD_DIR}")
     shapes = args.shape or ["r1-distill-qwen-1.5b", "r1-distill-qwen-7b"]
     args.weights = None
     if args.model is not None:  # real weights: loaded on the CPU once, uploaded as bf16

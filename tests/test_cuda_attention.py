@@ -133,6 +133,15 @@ def test_cublas_linear_bf16(M, N, K, out_dtype):
     np.testing.assert_allclose(down(y), want, rtol=2e-2, atol=2e-2)
 
 
+def gemv_tmax(T):
+    """The gemv instantiation (TMAX) the decoder picks for a T-token step (cuda_decode._gemv)."""
+    return 1 if T == 1 else 4 if T <= 4 else 5 if T == 5 else 8 if T <= 8 else 16
+
+
+def gemv_grid(tm, N):
+    return ((N + 3) // 4 if tm <= 8 else (N + 1) // 2,)
+
+
 @pytest.mark.parametrize("T", [1, 3, 5, 9, 16])
 @pytest.mark.parametrize("N,K", [(1, 8), (37, 264), (1536, 1536), (515, 18944), (3000, 72)])
 def test_gemv_bf16_all_outputs(T, N, K):
@@ -145,7 +154,7 @@ def test_gemv_bf16_all_outputs(T, N, K):
     w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
     xv, wv = up(x, "bfloat16"), up(w, "bfloat16")
     want = round_bf16(x).astype(np.float64) @ round_bf16(w).astype(np.float64).T
-    tm = 1 if T == 1 else 4 if T <= 4 else 8 if T <= 8 else 16
+    tm = gemv_tmax(T)
     z = np.uint64(0)
     yf = cp.full((T, N), np.nan, cp.float32)  # poisoned: every element must be written
     yb = cp.zeros((T, N), cp.uint16)
@@ -199,7 +208,7 @@ def test_gemv_norm_fused_projection_equals_add_rmsnorm_then_gemv(T):
     w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
     wv, nwv = up(w, "bfloat16"), up(nw, "bfloat16")
     z = np.uint64(0)
-    tm = 1 if T == 1 else 4 if T <= 4 else 8 if T <= 8 else 16
+    tm = gemv_tmax(T)
     grid = ((N + 3) // 4 if tm <= 8 else (N + 1) // 2,)
     fused = cp.full((T, N), np.nan, cp.float32)
     kernels().launch(f"gemv{tm}_norm_bf16", grid, (256,),
@@ -214,3 +223,139 @@ def test_gemv_norm_fused_projection_equals_add_rmsnorm_then_gemv(T):
     h = resid.astype(np.float64)
     xr = round_bf16((h / np.sqrt((h ** 2).mean(-1, keepdims=True) + 1e-6)).astype(np.float32)) * round_bf16(nw)
     np.testing.assert_allclose(fused.get(), round_bf16(xr.astype(np.float32)) @ round_bf16(w).T, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("T", [1, 3, 5, 8, 16])
+@pytest.mark.parametrize("I,K", [(1, 8), (333, 1000), (4480, 1536)])
+def test_gemv_gusilu_epilogue_equals_gemv_then_gate_up_silu(T, I, K):
+    """gemv*_gusilu_bf16 (interleaved gate/up rows, SwiGLU in the epilogue) writes bit for bit what
+    the plain GEMV's bf16 output followed by gate_up_silu_il_bf16 writes, and matches float64."""
+    import cupy as cp
+
+    from minitorch.cuda_runtime import kernels
+
+    r = np.random.default_rng(100 * T + I)
+    x = r.standard_normal((T, K)).astype(np.float32)
+    wg = (r.standard_normal((I, K)) / np.sqrt(K)).astype(np.float32)
+    wu = (r.standard_normal((I, K)) / np.sqrt(K)).astype(np.float32)
+    wil = np.stack([wg, wu], axis=1).reshape(2 * I, K)  # rows gate 0, up 0, gate 1, up 1, ...
+    xv, wv = up(x, "bfloat16"), up(wil, "bfloat16")
+    tm, N, z = gemv_tmax(T), 2 * I, np.uint64(0)
+    counter = cp.zeros(1, cp.uint32)
+    act = cp.full((T, I), 0x7FC0, cp.uint16)  # poisoned with bf16 NaN
+    dims = (np.int32(N), np.int32(K), np.int32(T), np.int32(K))
+    kernels().launch(f"gemv{tm}_gusilu_bf16", gemv_grid(tm, N), (256,),
+                     (wv.storage, xv.storage, z, np.float32(0), act, z, z) + dims + (counter,))
+    gu = cp.zeros((T, N), cp.uint16)
+    kernels().launch(f"gemv{tm}_bf16", gemv_grid(tm, N), (256,), (wv.storage, xv.storage, z, np.float32(0), gu, z, z) + dims)
+    act2 = cp.full((T, I), 0x7FC0, cp.uint16)
+    kernels().launch("gate_up_silu_il_bf16", (8,), (256,), (gu, act2, np.int64(T), np.int32(I)))
+    np.testing.assert_array_equal(act.get(), act2.get())
+    from cuda_helpers import from_bf16_bits
+
+    xr = round_bf16(x).astype(np.float64)
+    g = round_bf16((xr @ round_bf16(wg).astype(np.float64).T).astype(np.float32)).astype(np.float64)
+    u = round_bf16((xr @ round_bf16(wu).astype(np.float64).T).astype(np.float32)).astype(np.float64)
+    np.testing.assert_allclose(from_bf16_bits(act.get()), g / (1 + np.exp(-g)) * u, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("T", [1, 3, 5, 8, 16])
+@pytest.mark.parametrize("N,K", [(64, 96), (1536, 8960), (3584, 1000), (203, 264)])
+def test_gemv_resnorm_epilogue(T, N, K):
+    """gemv*_resnorm_bf16: resid += x @ W^T bit for bit as the plain resid GEMV, then the last block
+    writes RMSNorm(resid) * nw like add_rmsnorm; the grid-wide ticket is back at 0 after each launch."""
+    import cupy as cp
+
+    from minitorch.cuda_launch import add_rmsnorm, empty, view_of
+    from minitorch.cuda_runtime import kernels
+
+    r = np.random.default_rng(7 * T + N + K)
+    x = r.standard_normal((T, K)).astype(np.float32)
+    w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
+    resid0 = (3 * r.standard_normal((T, N))).astype(np.float32)
+    nw = (1 + 0.1 * r.standard_normal(N)).astype(np.float32)
+    xv, wv, nwv = up(x, "bfloat16"), up(w, "bfloat16"), up(nw, "bfloat16")
+    tm, z, eps = gemv_tmax(T), np.uint64(0), np.float32(1e-6)
+    dims = (np.int32(N), np.int32(K), np.int32(T), np.int32(K))
+    counter = cp.zeros(1, cp.uint32)
+    plain = cp.asarray(resid0)
+    kernels().launch(f"gemv{tm}_bf16", gemv_grid(tm, N), (256,), (wv.storage, xv.storage, z, eps, z, z, plain) + dims)
+    for _ in range(2):  # twice: the second launch relies on the first having reset the ticket
+        resid = cp.asarray(resid0)
+        xn = cp.full((T, N), 0x7FC0, cp.uint16)  # poisoned with bf16 NaN
+        kernels().launch(f"gemv{tm}_resnorm_bf16", gemv_grid(tm, N), (256,),
+                         (wv.storage, xv.storage, nwv.storage, eps, xn, z, resid) + dims + (counter,))
+        assert int(counter.get()[0]) == 0
+        np.testing.assert_array_equal(resid.get(), plain.get())
+        ref = empty((T, N), "bfloat16")
+        add_rmsnorm(view_of(cp.asarray(plain.get())), None, nwv, ref, float(eps))
+        from cuda_helpers import from_bf16_bits
+
+        got = from_bf16_bits(xn.get()).astype(np.float64)
+        # same formula, another summation order of the sum of squares: equal up to one bf16 rounding step
+        np.testing.assert_allclose(got, down(ref), rtol=1e-2, atol=1e-2)
+        h = plain.get().astype(np.float64)
+        want = round_bf16((h / np.sqrt((h ** 2).mean(-1, keepdims=True) + 1e-6)).astype(np.float32)) * round_bf16(nw)
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("T", [1, 4, 5, 9, 16])
+@pytest.mark.parametrize("Hq,Hkv,D,bias", [(6, 2, 64, True), (4, 1, 128, False), (2, 2, 80, True)])
+def test_gemv_qkvrope_epilogue_equals_gemv_then_rope_append(T, Hq, Hkv, D, bias):
+    """gemv*_qkvrope_bf16 (QKV rows permuted within each head, rope + KV append in the epilogue) writes
+    q and the caches bit for bit as the plain GEMV's bf16 product + qkv_rope_append_il_bf16 does, and
+    the il kernel on permuted rows matches qkv_rope_append_bf16 on the original rows."""
+    import cupy as cp
+
+    from minitorch.cuda_runtime import kernels
+
+    r = np.random.default_rng(T * 31 + D)
+    H3, K, max_len, pos0, theta = Hq + 2 * Hkv, 264, 48, 20, 10000.0
+    N = H3 * D
+    x = r.standard_normal((T, K)).astype(np.float32)
+    w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
+    b = r.standard_normal(N).astype(np.float32)
+    perm = np.arange(N).reshape(H3, 2, D // 2).transpose(0, 2, 1).reshape(-1)  # new row -> old row
+    xv, wpv = up(x, "bfloat16"), up(w[perm], "bfloat16")
+    bpv = up(b[perm], "bfloat16").storage if bias else np.uint64(0)
+    pos = cp.asarray(np.array([pos0], np.int32))
+    tm = gemv_tmax(T)
+    z, i32 = np.uint64(0), np.int32
+    outs = []
+    for fused in (True, False):
+        q = cp.full((T, Hq, D), 0x7FC0, cp.uint16)
+        kc = cp.full((Hkv, max_len, D), 0x7FC0, cp.uint16)
+        vc = cp.full((Hkv, max_len, D), 0x7FC0, cp.uint16)
+        tail = (bpv, q, kc, vc, pos, i32(Hq), i32(Hkv), i32(D), i32(max_len), np.float32(theta))
+        if fused:
+            kernels().launch(f"gemv{tm}_qkvrope_bf16", gemv_grid(tm, N), (256,),
+                             (wpv.storage, xv.storage, i32(N), i32(K), i32(T)) + tail)
+        else:
+            qkv = cp.zeros((T, N), cp.uint16)
+            kernels().launch(f"gemv{tm}_bf16", gemv_grid(tm, N), (256,), (wpv.storage, xv.storage, z, np.float32(0), qkv,
+                                                                         z, z, i32(N), i32(K), i32(T), i32(K)))
+            kernels().launch("qkv_rope_append_il_bf16", (T, H3), (max(32, D // 2),), (qkv,) + tail)
+        outs.append([a.get() for a in (q, kc, vc)])
+    for a, c in zip(*outs):
+        np.testing.assert_array_equal(a, c)
+    q, kc, vc = outs[0]
+    assert not np.isnan(from_bits(q)).any()
+    assert not np.isnan(from_bits(kc[:, pos0:pos0 + T])).any() and not np.isnan(from_bits(vc[:, pos0:pos0 + T])).any()
+    assert (kc[:, :pos0] == 0x7FC0).all() and (kc[:, pos0 + T:] == 0x7FC0).all()  # nothing else written
+    # the original layout through the older kernel: same values up to FMA contraction (one bf16 step)
+    qkv = up(round_bf16(round_bf16(x) @ round_bf16(w).T), "bfloat16")
+    q2 = up(np.zeros((T, Hq, D), np.float32), "bfloat16")
+    kc2 = up(np.zeros((Hkv, max_len, D), np.float32), "bfloat16")
+    vc2 = up(np.zeros((Hkv, max_len, D), np.float32), "bfloat16")
+    kernels().launch("qkv_rope_append_bf16", (T, H3), (max(32, D // 2),),
+                     (qkv.storage, up(b, "bfloat16").storage if bias else z, q2.storage, kc2.storage, vc2.storage, pos,
+                      i32(Hq), i32(Hkv), i32(D), i32(max_len), np.float32(theta)))
+    np.testing.assert_allclose(from_bits(q), down(q2), rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(from_bits(kc[:, pos0:pos0 + T]), down(kc2)[:, pos0:pos0 + T], rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(from_bits(vc[:, pos0:pos0 + T]), down(vc2)[:, pos0:pos0 + T], rtol=2e-2, atol=2e-2)
+
+
+def from_bits(a):
+    from cuda_helpers import from_bf16_bits
+
+    return from_bf16_bits(a).astype(np.float64)

@@ -245,3 +245,14 @@ def test_embedding_and_silu_mul(dtype):
             out2 = empty(shape, dtype)
             gate_up_silu(up(gu, dtype), out2)
             np.testing.assert_allclose(down(out2), want, **tol(dtype))
+            if dtype == "bfloat16":  # interleaved rows [g0, u0, g1, u1, ...] (the decoder's layout)
+                import cupy as cp
+
+                from minitorch.cuda_runtime import kernels
+
+                gil = up(np.stack([g, u], -1).reshape(shape[0], 2 * shape[1]), dtype)
+                out3 = empty(shape, dtype)
+                kernels().launch("gate_up_silu_il_bf16", (8,), (256,),
+                                 (gil.storage, out3.storage, np.int64(shape[0]), np.int32(shape[1])))
+                cp.cuda.get_current_stream().synchronize()
+                np.testing.assert_array_equal(down(out3), down(out2))

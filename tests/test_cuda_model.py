@@ -79,8 +79,9 @@ def decoder_of(cfg_kw, w, max_len=96, max_tokens=16, **kw):
 
 
 MODES = [dict(gemv="ours1"), dict(gemv="ours"), dict(gemv="cublas"), dict(gemv="ours1", fuse_norm=True),
-         dict(gemv="ours", fuse_norm=True)]
-MODE_IDS = ["ours1", "ours", "cublas", "ours1-fused", "ours-fused"]
+         dict(gemv="ours", fuse_norm=True), dict(gemv="ours1", silu="down", norm_epilogue=False, qkv_rope=False),
+         dict(gemv="ours", silu="down", norm_epilogue=False, qkv_rope=False)]
+MODE_IDS = ["ours1", "ours", "cublas", "ours1-fused", "ours-fused", "ours1-prev", "ours-prev"]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
@@ -114,13 +115,17 @@ def test_cuda_decoder_matches_cpu_model(i, mode):
     assert np.abs(g_logits[0] - ref2).max() <= 0.05 * np.abs(ref2).max() + 0.05
 
 
-@pytest.mark.parametrize("fuse_norm", [False, True], ids=["unfused", "fused"])
+EXACT_KW = {"unfused": {}, "fused": dict(fuse_norm=True),
+            "prev": dict(silu="down", norm_epilogue=False, qkv_rope=False)}
+
+
+@pytest.mark.parametrize("variant", list(EXACT_KW))
 @pytest.mark.parametrize("i", range(len(CONFIGS)))
-def test_exact_mode_verify_step_equals_decode_steps_bitwise(i, fuse_norm):
+def test_exact_mode_verify_step_equals_decode_steps_bitwise(i, variant):
     """gemv="ours": a verify step over 5 tokens gives each token exactly the logits (and KV entries)
     that 5 one-token decode steps give; this is what makes speculative == autoregressive."""
     _, w = build(CONFIGS[i], FastBackend, seed=3)
-    dec = decoder_of(CONFIGS[i], w, gemv="ours", fuse_norm=fuse_norm)
+    dec = decoder_of(CONFIGS[i], w, gemv="ours", **EXACT_KW[variant])
     prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
     first = dec.prefill(prompt)
     toks = [first, 7, 3, 9, 12]
