@@ -391,3 +391,14 @@ def test_shards_partition_the_selection(n):
     problems = [Problem(f"p{i}", i, "q", "1") for i in range(20)]
     chosen = [p for i in range(n) for p in select_problems(problems, 3, 11, (i, n))]
     assert sorted(p.index for p in chosen) == list(range(3, 14))
+
+
+def test_cost_model_of_fills_per_forward_times_from_raw_timers():
+    from evaluation_summary import cost_model_of
+    from minitorch.generation.stats import expected_tokens_per_round
+    spec = {"token_acceptance": 0.8, "mean_gamma": 4.0, "rounds": 5, "time_draft": 1.6, "draft_forwards": 20,
+            "time_verify": 1.5, "target_forwards": 5}
+    base = {"time_verify": 4.0, "target_forwards": 20}
+    want = expected_tokens_per_round(0.8, 4.0) * 0.2 / (4 * 0.08 + 0.3)
+    assert cost_model_of(spec, base) == pytest.approx(want)
+    assert cost_model_of({"rounds": 5}, base) is None  # a record without acceptance statistics

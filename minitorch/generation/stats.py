@@ -10,6 +10,9 @@ Definitions (returned in `GenerationResult.stats`):
 - accept_length_hist[n] = number of verification rounds that accepted exactly n draft tokens.
 - predicted_speedup = E[tokens per round] / (gamma * c + 1) with E = (1 - a^(gamma+1)) / (1 - a),
   a = token_acceptance and c = (time per draft forward) / (time per target forward), both measured.
+  Leviathan's model prices a (gamma+1)-token verify forward like a 1-token step; where it is not
+  (a CPU verify pass costs ~1.6x a step), `cost_model_speedup` puts the measured step time in:
+  E * t_step / (gamma * t_draft + t_verify), comparable with the measured speedup.
 """
 from __future__ import annotations
 
@@ -28,6 +31,18 @@ def expected_tokens_per_round(alpha: float, gamma: float) -> float:
 def predicted_speedup(alpha: float, gamma: float, c: float) -> float:
     """Leviathan et al. (2023) Theorem 3.8: walltime improvement (1 - a^(g+1)) / ((1 - a)(g c + 1))."""
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
+
+
+def cost_model_speedup(spec: dict[str, Any], target: dict[str, Any]) -> float | None:
+    """Expected speedup with every cost measured: E(a, gamma) * t_step / (gamma * t_draft + t_verify),
+    t_step = a target-alone decode forward (from `target`, an autoregressive run's stats), t_draft and
+    t_verify = a draft forward and a verify forward of the speculative run `spec`. None if unmeasured."""
+    t_step = target.get("time_per_forward") or 0.0
+    t_draft, t_verify = spec.get("time_per_draft_forward") or 0.0, spec.get("time_per_verify_forward") or 0.0
+    gamma = spec.get("mean_gamma") or 0.0
+    if t_step <= 0 or t_verify <= 0 or not spec.get("rounds"):
+        return None
+    return expected_tokens_per_round(spec["token_acceptance"], gamma) * t_step / (gamma * t_draft + t_verify)
 
 
 class Timer:
@@ -128,6 +143,8 @@ class SpecStats:
             "time_total": total_seconds,
             "tokens_per_s": self.new_tokens / total_seconds if total_seconds > 0 else 0.0,
             "cost_ratio_c": c,
+            "time_per_draft_forward": t_draft_fwd,
+            "time_per_verify_forward": t_target_fwd,
             "predicted_speedup": predicted_speedup(token_acc, mean_gamma, c) if self.rounds else 1.0,
         }
 
