@@ -73,6 +73,10 @@ class PackedWeight:
         w = self.scale[flat][:, :, None] * q - self.offset[flat][:, :, None]
         return w.reshape(ids.shape + (k,)).astype(np.float32, copy=False)
 
+    def first_rows(self, n: int) -> "PackedWeight":
+        """Rows 0..n-1 as a PackedWeight sharing this one's arrays (no copy)."""
+        return PackedWeight(self.q[:n], self.scale[:n], self.offset[:n], self.block)
+
     def dequantize(self) -> np.ndarray:
         """The float32 (N, K) weight."""
         return self.rows(np.arange(self.shape[0]))

@@ -66,6 +66,9 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gamma", type=int, default=4, help="draft tokens per verification (default 4)")
     g.add_argument("--adaptive-gamma", action="store_true",
                    help="raise gamma after a fully accepted draft, lower it after an early rejection")
+    g.add_argument("--draft-vocab", type=int, default=0,
+                   help="the draft model proposes only among the first N token ids (BPE ids run roughly by "
+                        "frequency), computing that slice of its vocabulary projection; lossless; 0 = all")
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingConfig:
@@ -79,6 +82,8 @@ def check_spec_args(args: argparse.Namespace) -> None:
         raise UserError(f"--gamma must be >= 1, got {args.gamma}")
     if args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if getattr(args, "draft_vocab", 0) < 0:
+        raise UserError(f"--draft-vocab must be >= 0, got {args.draft_vocab}")
     if args.backend != "cuda" and args.dtype == "bfloat16":
         raise UserError("--dtype bfloat16 needs --backend cuda")
 
@@ -107,6 +112,7 @@ class Models:
     vocab_size: int
     stop_ids: set[int]
     load_seconds: float
+    draft_vocab: int = 0  # --draft-vocab (0: the whole shared vocabulary)
 
     def make_drafter(self, kind: str) -> Any:
         """A fresh drafter of the given kind ("model" or "ngram")."""
@@ -114,7 +120,7 @@ class Models:
             return NGramDrafter()
         if self.draft is None:
             raise UserError("no draft model is loaded (started with --drafter ngram)")
-        return ModelDrafter(self.draft, self.vocab_size)
+        return ModelDrafter(self.draft, self.vocab_size, head_vocab=self.draft_vocab or None)
 
 
 def load_models(args: argparse.Namespace, need_draft: bool | None = None, progress: bool = True) -> Models:
@@ -132,7 +138,8 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
         check_compatible(draft_tok, tok)
         vocab = min(vocab, int(draft.config.vocab_size), int(draft_tok.vocab_size))
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab,
-                  stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0)
+                  stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0,
+                  draft_vocab=getattr(args, "draft_vocab", 0))
 
 
 def warm_up(models: Models) -> None:

@@ -107,7 +107,10 @@ def run_samples(cfg_kwargs: dict, drafter_kind: str) -> list[tuple[int, ...]]:
     out = []
     for seed in range(N):
         cfg = SamplingConfig(seed=seed, **cfg_kwargs)
-        drafter = ModelDrafter(DRAFT) if drafter_kind == "model" else NGramDrafter(max_ngram=3)
+        if drafter_kind == "model-head":  # drafts only among tokens 0..V-2; the target still emits V-1
+            drafter = ModelDrafter(DRAFT, head_vocab=V - 1)
+        else:
+            drafter = ModelDrafter(DRAFT) if drafter_kind == "model" else NGramDrafter(max_ngram=3)
         res = spec.speculative_generate(TARGET, drafter, PROMPT, L, cfg, gamma=3)
         out.append(tuple(res.tokens))
     return out
@@ -118,6 +121,7 @@ CASES = [
     ({"temperature": 0.7, "top_k": 3}, "model"),
     ({"temperature": 1.3, "top_p": 0.8}, "model"),
     ({"temperature": 1.0}, "ngram"),
+    ({"temperature": 1.0}, "model-head"),
 ]
 
 

@@ -75,7 +75,7 @@ class FakeModel:
     def new_cache(self, max_len: int) -> FakeCache:
         return FakeCache(max_len, self.hidden)
 
-    def __call__(self, ids, cache: FakeCache, last_n: int | None = None):
+    def __call__(self, ids, cache: FakeCache, last_n: int | None = None, head_rows: int | None = None):
         ids = [int(i) for i in ids]
         if not ids:
             raise ValueError("empty forward")
@@ -92,6 +92,8 @@ class FakeModel:
             out[0, t] = self.scale * (self.W @ h)
         if last_n is not None:
             out = out[:, len(ids) - last_n:]
+        if head_rows is not None:
+            out = out[:, :, :head_rows]
         return FakeLogits(out) if self.tensor_out else out
 
 

@@ -2,6 +2,7 @@
 handling, cache rollback, statistics bookkeeping, argument errors."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from minitorch.generation import (
@@ -223,3 +224,21 @@ def test_cost_model_speedup_uses_measured_step_and_verify_costs():
     assert cost_model_speedup(free, {"time_per_forward": 0.2}) == pytest.approx(expected_tokens_per_round(0.9, 4.0))
     assert cost_model_speedup(spec, {"time_per_forward": 0.0}) is None
     assert cost_model_speedup(dict(spec, rounds=0), {"time_per_forward": 0.2}) is None
+
+
+@pytest.mark.parametrize("head_vocab", [1, 7, 30])
+def test_greedy_with_a_draft_head_subset_equals_target(head_vocab):
+    want = generate(TARGET, [1, 2, 3], 40).tokens
+    drafter = ModelDrafter(DRAFT_CLOSE, head_vocab=head_vocab)
+    res = speculative_generate(TARGET, drafter, [1, 2, 3], 40, gamma=4)
+    assert res.tokens == want
+    assert all(t < head_vocab for t in drafter_proposals(DRAFT_CLOSE, head_vocab))
+    with pytest.raises(ValueError, match="head_vocab"):
+        ModelDrafter(DRAFT_CLOSE, head_vocab=0)
+
+
+def drafter_proposals(model, head_vocab):
+    d = ModelDrafter(model, head_vocab=head_vocab)
+    d.start([1, 2, 3], 64, model.config.vocab_size)
+    toks, q = d.propose([1, 2, 3], 6, SamplingConfig(), np.random.default_rng(0))
+    return toks

@@ -91,6 +91,18 @@ def test_verify_pass_equals_decode_steps_bit_for_bit(pair: tuple[Any, Qwen2ForCa
     assert np.array_equal(verify, np.stack(steps))
 
 
+def test_head_rows_are_the_first_rows_of_the_full_logits(pair: tuple[Any, Qwen2ForCausalLM]) -> None:
+    _, ours = pair
+    ids = _prompt(6, ours.config.vocab_size, seed=4)
+    full = _ours(ours, ids)
+    with minitorch.no_grad():
+        part = ours(ids, head_rows=50).to_numpy()[0]
+        with pytest.raises(ValueError, match="head_rows must be in"):
+            ours(ids, head_rows=ours.config.vocab_size + 1)
+    assert part.shape == (6, 50)
+    np.testing.assert_allclose(part, full[:, :50], atol=1e-5, rtol=0)
+
+
 def test_last_n_logits(pair: tuple[Any, Qwen2ForCausalLM]) -> None:
     _, ours = pair
     ids = _prompt(7, ours.config.vocab_size, seed=9)

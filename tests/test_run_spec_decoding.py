@@ -133,6 +133,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     [
         (["--gamma", "0"], "--gamma"),
         (["--gamma", "two"], "--gamma"),
+        (["--draft-vocab", "-1"], "--draft-vocab"),
         (["--max-new-tokens", "0"], "--max-new-tokens"),
         (["--temperature", "-1"], "temperature"),
         (["--top-p", "1.5"], "top_p"),

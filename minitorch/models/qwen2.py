@@ -16,6 +16,7 @@ import numpy as np
 from .. import nn
 from .. import tensor as make_tensor
 from ..module import Module, Parameter
+from ..packed import PackedWeight
 from ..tensor import Tensor
 from .config import Qwen2Config
 from .kv_cache import KVCache
@@ -180,11 +181,13 @@ class Qwen2ForCausalLM(Module):
             self._sin = _cast(from_numpy(sin, backend=self.backend), self.dtype)
 
     def forward(self, ids: Union[Tensor, Sequence[int]], cache: Optional[KVCache] = None,
-                last_n: Optional[int] = None) -> Tensor:
+                last_n: Optional[int] = None, head_rows: Optional[int] = None) -> Tensor:
         """Logits (1, T, V) for ids (1, T); with a cache, positions continue from cache.length.
 
         last_n: only return logits for the last n positions, (1, n, V); a prefill that needs just the
-        next-token distribution skips most of the vocabulary projection (V x D per position)."""
+        next-token distribution skips most of the vocabulary projection (V x D per position).
+        head_rows: only the logits of token ids 0 .. head_rows-1, (1, T, head_rows): a draft restricted
+        to the common tokens reads a slice of the vocabulary projection (a view, no copy)."""
         if not isinstance(ids, Tensor):
             ids = make_tensor([list(ids)], dtype="int64", backend=self.backend)
         if ids.dims != 2 or ids.shape[0] != 1:
@@ -208,6 +211,10 @@ class Qwen2ForCausalLM(Module):
             h = h.narrow(1, t - last_n, last_n)  # (1, last_n, D)
         h = self.model.norm(h)
         head = self.model.embed_tokens.weight.value if self.lm_head is None else self.lm_head.weight.value
+        if head_rows is not None:
+            if not 1 <= head_rows <= head.shape[0]:
+                raise ValueError(f"head_rows must be in [1, {head.shape[0]}], got {head_rows}")
+            head = head.first_rows(head_rows) if isinstance(head, PackedWeight) else head.narrow(0, 0, head_rows)
         return nn.linear(h, head)  # (1, T, V)
 
     # -- weights -----------------------------------------------------------------------------
