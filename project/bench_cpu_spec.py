@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))                # minitorch from the checkout
 sys.path.insert(1, str(Path(__file__).parent))  # cli_common, evaluation_hf
 from cli_common import encode_prompt, load_models, warm_up  # noqa: E402
 
-from minitorch.generation import (NGramDrafter, SamplingConfig, generate,  # noqa: E402
+from minitorch.generation import (ModelDrafter, NGramDrafter, SamplingConfig, generate,  # noqa: E402
                                   speculative_generate)
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
@@ -47,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ngram", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the n-gram drafter (at the first gamma)")
     ap.add_argument("--adaptive", action="store_true", help="adaptive gamma in speculative runs")
+    ap.add_argument("--draft-vocabs", default="0",
+                    help="comma-separated --draft-vocab values to run for every gamma (0 = whole vocabulary)")
     ap.add_argument("--target", default=TARGET, help="target model (registry name or path)")
     ap.add_argument("--draft", default=DRAFT, help="draft model (registry name or path)")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="GSM8K test.jsonl")
@@ -63,6 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error(f"--gammas must be comma-separated integers, got {args.gammas!r}")
     if not args.gamma_list or min(args.gamma_list) < 1:
         ap.error("--gammas needs at least one integer >= 1")
+    try:
+        args.draft_vocab_list = [int(v) for v in args.draft_vocabs.split(",") if v.strip()]
+    except ValueError:
+        ap.error(f"--draft-vocabs must be comma-separated integers, got {args.draft_vocabs!r}")
+    if not args.draft_vocab_list or min(args.draft_vocab_list) < 0:
+        ap.error("--draft-vocabs needs integers >= 0")
     if args.n < 1 or args.max_new_tokens < 1:
         ap.error("--n and --max-new-tokens must be >= 1")
     if not args.data.is_file():
@@ -142,9 +150,10 @@ def run_ours(args: argparse.Namespace, prompts: list[str], rows: list[dict[str, 
         ("ours_target", lambda ids: generate(m.target, ids, args.max_new_tokens, cfg, m.stop_ids,
                                              vocab_size=m.vocab_size))]
     for g in args.gamma_list:
-        runs.append((f"ours_spec_g{g}", lambda ids, g=g: speculative_generate(
-            m.target, m.make_drafter("model"), ids, args.max_new_tokens, cfg, m.stop_ids, gamma=g,
-            adaptive_gamma=args.adaptive, vocab_size=m.vocab_size)))
+        for dv in args.draft_vocab_list:
+            runs.append((f"ours_spec_g{g}" + (f"_v{dv}" if dv else ""), lambda ids, g=g, dv=dv: speculative_generate(
+                m.target, ModelDrafter(m.draft, m.vocab_size, head_vocab=dv or None), ids, args.max_new_tokens, cfg,
+                m.stop_ids, gamma=g, adaptive_gamma=args.adaptive, vocab_size=m.vocab_size)))
     if args.ngram:
         g0 = args.gamma_list[0]
         runs.append((f"ours_ngram_g{g0}", lambda ids: speculative_generate(
