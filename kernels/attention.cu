@@ -8,7 +8,8 @@
 //   16-byte loads of a chunk issued together when rows are 16-byte aligned); each row keeps
 //   an online softmax (running max m, sum l) and an unnormalised fp32 accumulator, written to the
 //   workspace (ws_m, ws_l: rows x nsplit; ws_acc: rows x nsplit x D; rows = B*Hq*T).
-// attn_combine_*: grid (B*Hq*T), blockDim >= D (multiple of 32): merges the splits and writes out.
+// attn_combine_*: grid (B*Hq*T), blockDim >= D (multiple of 32): merges the splits and writes out
+//   (each thread one d; 16 splits per round trip to memory, no barriers).
 // Positions: query t sits at q_start + t, q_start = (*pos_ptr if pos_ptr else 0) + q_off, and sees
 //   keys 0 .. min(q_start + t, L - 1). With pos_ptr (a device int32) a captured CUDA graph replays
 //   at the current cache length; blocks past the last visible key write an empty split.
@@ -21,7 +22,7 @@
 #define ATT_CH 32
 #define ATT_DMAX 256
 #define ATT_THREADS 128
-#define ATT_WMAX 1024  // split weights cached in shared memory by the combine kernel
+#define ATT_CG 16  // splits the combine kernel loads at once
 
 // Dot product of a fp32 query row (shared) with a key row of the shared tile; 16-byte reads when
 // the row size allows (tile rows are 16-byte aligned), scalar otherwise.
@@ -72,9 +73,21 @@ __device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* w
   const int b = blockIdx.y / Hkv, kvh = blockIdx.y % Hkv;
   const int G = Hq / Hkv, R = G * Tq;
   const int r0 = blockIdx.z * ATT_RMAX;
+  const int nrows = min(ATT_RMAX, R - r0);
+  // query rows -> registers first (fp32, pre-scaled): these loads do not depend on the cache position,
+  // so they are in flight together with the position's load below
+  float qv[ATT_RMAX * ATT_DMAX / ATT_THREADS];
+#pragma unroll
+  for (int u = 0; u < ATT_RMAX * ATT_DMAX / ATT_THREADS; ++u) {
+    int i = tid + u * ATT_THREADS, r = i / D, d = i - r * D;
+    qv[u] = 0.f;
+    if (r < nrows) {
+      int rr = r0 + r, h = kvh * G + rr / Tq, t = rr % Tq;
+      qv[u] = to_f(q[b * qsb + h * qsh + t * qst + d]) * scale;
+    }
+  }
   const int q_start = (pos_ptr ? *pos_ptr : 0) + q_off;
   const int rowb = D * (int)sizeof(T) + 16;  // tile row stride in bytes: 16-byte aligned, bank-skewed
-  const int nrows = min(ATT_RMAX, R - r0);
   int kmax = 0;  // one past the last key any row of this block sees
   for (int r = 0; r < nrows; ++r) kmax = max(kmax, min(q_start + ((r0 + r) % Tq), L - 1) + 1);
   const int kstart = split * KB;
@@ -88,22 +101,10 @@ __device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* w
                    ((vsl * (i64)sizeof(T)) & 15) == 0 && (((size_t)kbase) & 15) == 0 &&
                    (((size_t)vbase) & 15) == 0 && per <= ATT_VMAX;
 
-  {  // query rows -> shared (fp32, pre-scaled); all loads issued before any store
-    float qv[ATT_RMAX * ATT_DMAX / ATT_THREADS];
 #pragma unroll
-    for (int u = 0; u < ATT_RMAX * ATT_DMAX / ATT_THREADS; ++u) {
-      int i = tid + u * ATT_THREADS, r = i / D, d = i - r * D;
-      qv[u] = 0.f;
-      if (r < nrows) {
-        int rr = r0 + r, h = kvh * G + rr / Tq, t = rr % Tq;
-        qv[u] = to_f(q[b * qsb + h * qsh + t * qst + d]) * scale;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < ATT_RMAX * ATT_DMAX / ATT_THREADS; ++u) {
-      int i = tid + u * ATT_THREADS, r = i / D, d = i - r * D;
-      if (r < ATT_RMAX) qs[r * ATT_DMAX + d] = qv[u];
-    }
+  for (int u = 0; u < ATT_RMAX * ATT_DMAX / ATT_THREADS; ++u) {  // query rows -> shared
+    int i = tid + u * ATT_THREADS, r = i / D, d = i - r * D;
+    if (r < ATT_RMAX) qs[r * ATT_DMAX + d] = qv[u];
   }
   if (tid < ATT_RMAX) { s_m[tid] = -MT_INF; s_l[tid] = 0.f; }
   float acc[ATT_RMAX][2];
@@ -212,38 +213,44 @@ __device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* w
 template <typename T>
 __device__ void attn_combine_body(const float* ws_m, const float* ws_l, const float* ws_acc, T* out, i64 osb,
                                   i64 osh, i64 ost, int Hq, int Tq, int D, int nsplit) {
-  // three rounds of parallel loads (max, weights + denominator, weighted sum) instead of a serial
-  // walk over the splits
-  __shared__ float red[32];
-  __shared__ float wts[ATT_WMAX];
+  // every thread merges the splits itself, ATT_CG at a time: all loads of a group (m and l are
+  // broadcast reads, acc coalesced over d) are issued before any is used, so up to ATT_CG splits cost
+  // one round trip to memory and no block barrier; an online rescale carries the running max across
+  // groups. Fixed order per row: the result does not depend on Tq.
   const i64 row = blockIdx.x;
   const int t = (int)(row % Tq);
   const i64 bh = row / Tq;
   const int h = (int)(bh % Hq), b = (int)(bh / Hq);
   const float* m = ws_m + row * nsplit;
   const float* l = ws_l + row * nsplit;
-  float mx = -MT_INF;
-  for (int s = threadIdx.x; s < nsplit; s += blockDim.x) mx = fmaxf(mx, m[s]);
-  const float M = block_max(mx, red);
-  float den = 0.f;
-  for (int s = threadIdx.x; s < nsplit; s += blockDim.x) {
-    float w = (m[s] == -MT_INF) ? 0.f : __expf(m[s] - M);
-    if (s < ATT_WMAX) wts[s] = w;
-    den += w * l[s];
-  }
-  den = block_sum(den, red);  // (its barriers also publish wts)
   const int d = threadIdx.x;
-  if (d < D) {
-    float num = 0.f;
-    if (M != -MT_INF) {
-#pragma unroll 4
-      for (int s = 0; s < nsplit; ++s) {
-        float w = s < ATT_WMAX ? wts[s] : ((m[s] == -MT_INF) ? 0.f : __expf(m[s] - M));
-        num = fmaf(w, ws_acc[(row * nsplit + s) * D + d], num);
-      }
+  float M = -MT_INF, den = 0.f, num = 0.f;
+  for (int s0 = 0; s0 < nsplit; s0 += ATT_CG) {
+    float mv[ATT_CG], lv[ATT_CG], av[ATT_CG];
+#pragma unroll
+    for (int u = 0; u < ATT_CG; ++u) {
+      const int s = s0 + u;
+      const bool ok = s < nsplit;
+      mv[u] = ok ? m[s] : -MT_INF;
+      lv[u] = ok ? l[s] : 0.f;
+      av[u] = ok && d < D ? ws_acc[(row * nsplit + s) * D + d] : 0.f;
     }
-    out[b * osb + h * osh + t * ost + d] = from_f<T>(den > 0.f ? num / den : 0.f);
+    float gm = M;
+#pragma unroll
+    for (int u = 0; u < ATT_CG; ++u) gm = fmaxf(gm, mv[u]);
+    if (gm == -MT_INF) continue;  // nothing visible yet
+    const float sc = (M == -MT_INF) ? 0.f : __expf(M - gm);
+    den *= sc;
+    num *= sc;
+#pragma unroll
+    for (int u = 0; u < ATT_CG; ++u) {
+      const float w = (mv[u] == -MT_INF) ? 0.f : __expf(mv[u] - gm);
+      den = fmaf(w, lv[u], den);
+      num = fmaf(w, av[u], num);
+    }
+    M = gm;
   }
+  if (d < D) out[b * osb + h * osh + t * ost + d] = from_f<T>(den > 0.f ? num / den : 0.f);
 }
 
 extern "C" {

@@ -335,10 +335,9 @@ extern "C" {
 // epilogues (vector loads, IEEE division) must not take the weight stream's occupancy (no spills)
 #define GEMV_MINB(TM, OUT) ((TM) == 1 ? 4 : 1)
 #define GEMV_EPI_KERNEL(NAME, TM, ROWS, OUT)                                                             \
-  __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MINB(TM, OUT)) NAME(const bf16_t* W, const void* x, const bf16_t* nw,  \
-                                                       float eps, bf16_t* yb, float* yf, float* resid,    \
-                                                       int N, int K, int T, int x_stride,                 \
-                                                       unsigned int* counter) {                           \
+  __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MINB(TM, OUT)) NAME(                               \
+      const bf16_t* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid,   \
+      int N, int K, int T, int x_stride, unsigned int* counter) {                                         \
     gemv_body<ROWS, TM, MODE_PLAIN, OUT>(W, x, nw, eps, yb, yf, resid, N, K, T, x_stride, counter,        \
                                          RopeArgs{});                                                    \
   }
@@ -358,6 +357,11 @@ extern "C" {
   GEMV_EPI_KERNEL(gemv##TM##_resnorm_bf16, TM, ROWS, OUT_RESNORM) \
   GEMV_ROPE_KERNEL(gemv##TM##_qkvrope_bf16, TM, ROWS)
 GEMV_INST(1, 4)
+// one-token products with few output rows (N <= 8192: q/k/v, o, down): 2 rows a block, twice the
+// blocks (slower on the H200 than 4 rows: kept for A/B timing, --rows1 2)
+GEMV_KERNEL(gemv1r2_bf16, 1, 2, MODE_PLAIN)
+GEMV_EPI_KERNEL(gemv1r2_resnorm_bf16, 1, 2, OUT_RESNORM)
+GEMV_ROPE_KERNEL(gemv1r2_qkvrope_bf16, 1, 2)
 GEMV_INST(4, 4)
 GEMV_INST(5, 4)
 GEMV_INST(8, 4)

@@ -93,7 +93,7 @@ class CudaDecoder:
 
     def __init__(self, cfg: Any, weights: Dict[str, Any], max_len: int, max_tokens: int = 128,
                  gemv: str = "ours1", fuse_norm: bool = False, pdl: Optional[bool] = None,
-                 silu: str = "gateup", norm_epilogue: bool = True, qkv_rope: bool = True) -> None:
+                 silu: str = "gateup", norm_epilogue: bool = True, qkv_rope: bool = True, rows1: int = 4) -> None:
         """gemv: which steps run their products in kernels/gemv.cu (SwiGLU and the residual add
         fused in): "ours1" one-token steps (default: verify steps then cost about one decode
         step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
@@ -108,7 +108,12 @@ class CudaDecoder:
         RMSNorm in their last block (no add_rmsnorm launch); ignored with fuse_norm.
         qkv_rope: q/k/v weight rows (and biases) permuted within each head to (0, D/2, 1, D/2+1, ...)
         so our QKV GEMV applies rope and writes q and the KV caches in its epilogue (no
-        qkv_rope_append launch); cuBLAS steps use qkv_rope_append_il_bf16 on the permuted product."""
+        qkv_rope_append launch); cuBLAS steps use qkv_rope_append_il_bf16 on the permuted product.
+        rows1: output rows a block for one-token products with N <= 8192 (q/k/v, o, down): 4 (default)
+        or 2 (twice the blocks; slower on the H200)."""
+        if rows1 not in (2, 4):
+            raise ValueError(f"rows1 must be 2 or 4, got {rows1!r}")
+        self.rows1 = rows1
         if gemv not in ("ours", "ours1", "cublas"):
             raise ValueError(f"gemv must be 'ours', 'ours1' or 'cublas', got {gemv!r}")
         if silu not in ("gateup", "down"):
@@ -193,25 +198,27 @@ class CudaDecoder:
         limit = {"ours": 16, "ours1": 1, "cublas": 0}[self.gemv]
         return M <= limit and K % 8 == 0
 
-    @staticmethod
-    def _tmax(M: int) -> "tuple[int, int]":
-        """(TMAX, output rows a block) of the kernels/gemv.cu instantiation for an M-token step."""
+    def _kname(self, M: int, N: int, mode: str) -> "tuple[str, int]":
+        """(kernel name, output rows a block) of the kernels/gemv.cu instantiation for an M-token
+        product of N outputs in input/output mode `mode` ("", "_resnorm", "_qkvrope", ...)."""
         tm = 1 if M == 1 else 4 if M <= 4 else 5 if M == 5 else 8 if M <= 8 else 16
-        return tm, (2 if tm == 16 else 4)
+        if tm == 1 and self.rows1 == 2 and N <= 8192 and mode in ("", "_resnorm", "_qkvrope"):
+            return f"gemv1r2{mode}_bf16", 2
+        return f"gemv{tm}{mode}_bf16", (2 if tm == 16 else 4)
 
     def _gemv(self, x: Any, w: Any, M: int, N: int, K: int, yb: Any = None, yf: Any = None,
               resid: Any = None, mode: str = "", nw: Any = None) -> None:
         """kernels/gemv.cu; mode "" (x bf16), "_silu" (x = [gate | up]), "_norm" (x = fp32
         residual rows, normalised with weight nw inside the kernel), "_gusilu" (interleaved gate/up
         rows -> yb = SwiGLU product) or "_resnorm" (resid += x @ w^T, then yb = RMSNorm(resid) * nw)."""
-        tm, rows = self._tmax(M)
+        name, rows = self._kname(M, N, mode)
         z = np.uint64(0)
         args = (w, x, nw if nw is not None else z, np.float32(self.eps), yb if yb is not None else z,
                 yf if yf is not None else z, resid if resid is not None else z, np.int32(N), np.int32(K),
                 np.int32(M), np.int32(2 * K if mode == "_silu" else K))
         if mode in ("_gusilu", "_resnorm"):
             args = args + (self.counter,)
-        self.k.launch(f"gemv{tm}{mode}_bf16", (math.ceil(N / rows),), (256,), args)
+        self.k.launch(name, (math.ceil(N / rows),), (256,), args)
 
     def _gemm(self, x: Any, w: Any, y: Any, M: int, N: int, K: int, out_f32: bool = False) -> None:
         """y[M, N] = x[M, K] @ w[N, K]^T (bf16, or fp32 logits)."""
@@ -268,8 +275,8 @@ class CudaDecoder:
             if self.qkv_rope and self._ours(T, H):  # rope + KV append in the QKV GEMV's epilogue
                 if delta is not _NORMED:
                     self._norm(delta, lw["ln1"], T)
-                tm, rows = self._tmax(T)
-                k.launch(f"gemv{tm}_qkvrope_bf16", (math.ceil(H3 * D / rows),), (256,),
+                name, rows = self._kname(T, H3 * D, "_qkvrope")
+                k.launch(name, (math.ceil(H3 * D / rows),), (256,),
                          (lw["qkv"], self.xn, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"], self.pos,
                           i32(Hq), i32(Hkv), i32(D), i32(self.max_len), np.float32(self.theta)))
             else:

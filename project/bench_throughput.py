@@ -136,7 +136,8 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
     w = random_weights(cfg, seed=0) if args.model is None else args.weights
     dec = CudaDecoder(cfg, w, max_len=max_len, max_tokens=max(args.prompt, 9), gemv=args.gemv,
                       fuse_norm=args.fuse_norm, pdl={"auto": None, "on": True, "off": False}[args.pdl],
-                      silu=args.silu, norm_epilogue=args.norm_epilogue == "on", qkv_rope=args.qkv_rope == "on")
+                      silu=args.silu, norm_epilogue=args.norm_epilogue == "on", qkv_rope=args.qkv_rope == "on",
+                      rows1=args.rows1)
     del w
     cp.get_default_memory_pool().free_all_blocks()
     setup = time.perf_counter() - t0
@@ -284,6 +285,8 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--qkv-rope", choices=["on", "off"], default="on",
                     help="our QKV GEMV applies rope and appends K/V in its epilogue (on, default) or a separate "
                          "qkv_rope_append kernel runs (off)")
+    ap.add_argument("--rows1", type=int, choices=[2, 4], default=4,
+                    help="output rows a block of one-token products with N <= 8192 (default 4)")
     ap.add_argument("--pdl", choices=["auto", "on", "off"], default="auto",
                     help="programmatic dependent launch (each kernel's start overlaps the previous one's tail): "
                          "auto = on for compute capability >= 9.0 (default)")
@@ -306,7 +309,8 @@ def main(argv: List[str] | None = None) -> int:
     bw = copy_bandwidth(cp)
     print(f"device {dev}; measured copy bandwidth {bw / 1e9:.0f} GB/s; prompt {args.prompt}, new {args.new}, "
           f"greedy, bf16, gemv={args.gemv}, fuse_norm={args.fuse_norm}, pdl={args.pdl}, silu={args.silu}, "
-          f"norm_epilogue={args.norm_epilogue}, qkv_rope={args.qkv_rope}; kernels from {BUILD_DIR}")
+          f"norm_epilogue={args.norm_epilogue}, qkv_rope={args.qkv_rope}, rows1={args.rows1}; "
+          f"kernels from {BUILD_DIR}")
     shapes = args.shape or ["r1-distill-qwen-1.5b", "r1-distill-qwen-7b"]
     args.weights = None
     if args.model is not None:  # real weights: loaded on the CPU once, uploaded as bf16

@@ -142,6 +142,16 @@ def gemv_grid(tm, N):
     return ((N + 3) // 4 if tm <= 8 else (N + 1) // 2,)
 
 
+def gemv_variants(T, N):
+    """(kernel name prefix, grid) of every instantiation the decoder may pick for T tokens: one-token
+    products also have a 2-rows-a-block variant (gemv1r2_*)."""
+    tm = gemv_tmax(T)
+    out = [(f"gemv{tm}", gemv_grid(tm, N))]
+    if T == 1:
+        out.append(("gemv1r2", ((N + 1) // 2,)))
+    return out
+
+
 @pytest.mark.parametrize("T", [1, 3, 5, 9, 16])
 @pytest.mark.parametrize("N,K", [(1, 8), (37, 264), (1536, 1536), (515, 18944), (3000, 72)])
 def test_gemv_bf16_all_outputs(T, N, K):
@@ -154,22 +164,28 @@ def test_gemv_bf16_all_outputs(T, N, K):
     w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
     xv, wv = up(x, "bfloat16"), up(w, "bfloat16")
     want = round_bf16(x).astype(np.float64) @ round_bf16(w).astype(np.float64).T
-    tm = gemv_tmax(T)
     z = np.uint64(0)
     yf = cp.full((T, N), np.nan, cp.float32)  # poisoned: every element must be written
     yb = cp.zeros((T, N), cp.uint16)
     resid = cp.asarray(np.ones((T, N), np.float32))
-    grid = ((N + 3) // 4 if tm <= 8 else (N + 1) // 2,)
     dims = (np.int32(N), np.int32(K), np.int32(T), np.int32(K))
     head = (wv.storage, xv.storage, z, np.float32(0))
-    kernels().launch(f"gemv{tm}_bf16", grid, (256,), head + (z, yf, z) + dims)
-    kernels().launch(f"gemv{tm}_bf16", grid, (256,), head + (yb, z, z) + dims)
-    kernels().launch(f"gemv{tm}_bf16", grid, (256,), head + (z, z, resid) + dims)
-    np.testing.assert_allclose(yf.get(), want, rtol=1e-4, atol=1e-4)
     from cuda_helpers import from_bf16_bits
 
-    np.testing.assert_allclose(from_bf16_bits(yb.get()), want, rtol=1e-2, atol=1e-2)
-    np.testing.assert_allclose(resid.get(), want + 1, rtol=1e-4, atol=1e-4)
+    first = None
+    for pre, grid in gemv_variants(T, N):
+        yf[...] = np.nan
+        yb[...] = 0
+        resid[...] = 1
+        kernels().launch(f"{pre}_bf16", grid, (256,), head + (z, yf, z) + dims)
+        kernels().launch(f"{pre}_bf16", grid, (256,), head + (yb, z, z) + dims)
+        kernels().launch(f"{pre}_bf16", grid, (256,), head + (z, z, resid) + dims)
+        np.testing.assert_allclose(yf.get(), want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(from_bf16_bits(yb.get()), want, rtol=1e-2, atol=1e-2)
+        np.testing.assert_allclose(resid.get(), want + 1, rtol=1e-4, atol=1e-4)
+        if first is None:
+            first = yf.get()
+        np.testing.assert_array_equal(yf.get(), first)  # rows a block never change a sum's order
 
 
 @pytest.mark.parametrize("T", [1, 5, 16])
@@ -280,10 +296,10 @@ def test_gemv_resnorm_epilogue(T, N, K):
     counter = cp.zeros(1, cp.uint32)
     plain = cp.asarray(resid0)
     kernels().launch(f"gemv{tm}_bf16", gemv_grid(tm, N), (256,), (wv.storage, xv.storage, z, eps, z, z, plain) + dims)
-    for _ in range(2):  # twice: the second launch relies on the first having reset the ticket
+    for pre, grid in gemv_variants(T, N) * 2:  # twice: each launch relies on the last having reset the ticket
         resid = cp.asarray(resid0)
         xn = cp.full((T, N), 0x7FC0, cp.uint16)  # poisoned with bf16 NaN
-        kernels().launch(f"gemv{tm}_resnorm_bf16", gemv_grid(tm, N), (256,),
+        kernels().launch(f"{pre}_resnorm_bf16", grid, (256,),
                          (wv.storage, xv.storage, nwv.storage, eps, xn, z, resid) + dims + (counter,))
         assert int(counter.get()[0]) == 0
         np.testing.assert_array_equal(resid.get(), plain.get())
@@ -322,13 +338,14 @@ def test_gemv_qkvrope_epilogue_equals_gemv_then_rope_append(T, Hq, Hkv, D, bias)
     tm = gemv_tmax(T)
     z, i32 = np.uint64(0), np.int32
     outs = []
-    for fused in (True, False):
+    variants = [(True, pre, grid) for pre, grid in gemv_variants(T, N)] + [(False, None, None)]
+    for fused, pre, grid in variants:
         q = cp.full((T, Hq, D), 0x7FC0, cp.uint16)
         kc = cp.full((Hkv, max_len, D), 0x7FC0, cp.uint16)
         vc = cp.full((Hkv, max_len, D), 0x7FC0, cp.uint16)
         tail = (bpv, q, kc, vc, pos, i32(Hq), i32(Hkv), i32(D), i32(max_len), np.float32(theta))
         if fused:
-            kernels().launch(f"gemv{tm}_qkvrope_bf16", gemv_grid(tm, N), (256,),
+            kernels().launch(f"{pre}_qkvrope_bf16", grid, (256,),
                              (wpv.storage, xv.storage, i32(N), i32(K), i32(T)) + tail)
         else:
             qkv = cp.zeros((T, N), cp.uint16)
@@ -336,8 +353,9 @@ def test_gemv_qkvrope_epilogue_equals_gemv_then_rope_append(T, Hq, Hkv, D, bias)
                                                                          z, z, i32(N), i32(K), i32(T), i32(K)))
             kernels().launch("qkv_rope_append_il_bf16", (T, H3), (max(32, D // 2),), (qkv,) + tail)
         outs.append([a.get() for a in (q, kc, vc)])
-    for a, c in zip(*outs):
-        np.testing.assert_array_equal(a, c)
+    for o in outs[1:]:
+        for a, c in zip(outs[0], o):
+            np.testing.assert_array_equal(a, c)
     q, kc, vc = outs[0]
     assert not np.isnan(from_bits(q)).any()
     assert not np.isnan(from_bits(kc[:, pos0:pos0 + T])).any() and not np.isnan(from_bits(vc[:, pos0:pos0 + T])).any()

@@ -80,8 +80,9 @@ def decoder_of(cfg_kw, w, max_len=96, max_tokens=16, **kw):
 
 MODES = [dict(gemv="ours1"), dict(gemv="ours"), dict(gemv="cublas"), dict(gemv="ours1", fuse_norm=True),
          dict(gemv="ours", fuse_norm=True), dict(gemv="ours1", silu="down", norm_epilogue=False, qkv_rope=False),
-         dict(gemv="ours", silu="down", norm_epilogue=False, qkv_rope=False)]
-MODE_IDS = ["ours1", "ours", "cublas", "ours1-fused", "ours-fused", "ours1-prev", "ours-prev"]
+         dict(gemv="ours", silu="down", norm_epilogue=False, qkv_rope=False),
+         dict(gemv="ours1", rows1=2)]
+MODE_IDS = ["ours1", "ours", "cublas", "ours1-fused", "ours-fused", "ours1-prev", "ours-prev", "ours1-rows2"]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
@@ -116,16 +117,22 @@ def test_cuda_decoder_matches_cpu_model(i, mode):
 
 
 EXACT_KW = {"unfused": {}, "fused": dict(fuse_norm=True),
-            "prev": dict(silu="down", norm_epilogue=False, qkv_rope=False)}
+            "prev": dict(silu="down", norm_epilogue=False, qkv_rope=False), "rows2": dict(rows1=2)}
+
+
+# long rows (intermediate_size > 8192: the down projection's K runs over many chunks a thread)
+LONG_K = dict(vocab_size=97, hidden_size=64, intermediate_size=8200, num_hidden_layers=1, num_attention_heads=4,
+              num_key_value_heads=2, tie_word_embeddings=True, rope_theta=10000.0)
+EXACT_CONFIGS = CONFIGS + [LONG_K]
 
 
 @pytest.mark.parametrize("variant", list(EXACT_KW))
-@pytest.mark.parametrize("i", range(len(CONFIGS)))
+@pytest.mark.parametrize("i", range(len(EXACT_CONFIGS)))
 def test_exact_mode_verify_step_equals_decode_steps_bitwise(i, variant):
     """gemv="ours": a verify step over 5 tokens gives each token exactly the logits (and KV entries)
     that 5 one-token decode steps give; this is what makes speculative == autoregressive."""
-    _, w = build(CONFIGS[i], FastBackend, seed=3)
-    dec = decoder_of(CONFIGS[i], w, gemv="ours", **EXACT_KW[variant])
+    _, w = build(EXACT_CONFIGS[i], FastBackend, seed=3)
+    dec = decoder_of(EXACT_CONFIGS[i], w, gemv="ours", **EXACT_KW[variant])
     prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
     first = dec.prefill(prompt)
     toks = [first, 7, 3, 9, 12]
