@@ -3,7 +3,7 @@
 # Run from the repository root on the GPU machine:  bash kernels/gpu_session.sh [stage ...]
 # Trees: $SNAP/new (the code under test) and optionally $SNAP/base (the code before, for before/after
 # ratios in the same run); default SNAP=. with no base. Logs go to $OUT (default /tmp/gpu_session).
-# Stages: env build tests bench spec (default: env build tests bench).
+# Stages: env build tests bench final spec (default: env build tests bench).
 set -u
 OUT="${OUT:-/tmp/gpu_session}"; mkdir -p "$OUT"
 SNAP="${SNAP:-}"
@@ -17,9 +17,9 @@ has() { case " $stages " in *" $1 "*) return 0;; esac; return 1; }
 bench() {  # bench LABEL TREE [extra env] -- args
   local label=$1 tree=$2; shift 2
   log "bench $label: $*"
-  (cd "$tree" && MINITORCH_CUDA_BUILD_DIR="${BDIR:-}" timeout 150 python3 project/bench_throughput.py --json "$OUT/$label.json" "$@") > "$OUT/bench_$label.log" 2>&1
+  (cd "$tree" && MINITORCH_CUDA_BUILD_DIR="${BDIR:-}" timeout 240 python3 project/bench_throughput.py --json "$OUT/$label.json" "$@") > "$OUT/bench_$label.log" 2>&1
   echo "rc=$?" >> "$OUT/bench_$label.log"
-  grep -E "ours:|decode step|Bandwidth|rc=" "$OUT/bench_$label.log" | sed "s/^/[$label] /" | cut -c1-230
+  grep -E "ours:|decode step|Bandwidth|rc=|spec|Error|error" "$OUT/bench_$label.log" | sed "s/^/[$label] /" | cut -c1-230
 }
 if has env; then
   log env
@@ -30,8 +30,8 @@ fi 2>&1 | tee "$OUT/env.log"
 if has build; then
   log build
   (cd "$NEW" && ./compile_cuda.sh > "$OUT/build_new.log" 2>&1; echo "new rc=$?") &
-  (cd "$NEW" && MINITORCH_CUDA_BUILD_DIR=/tmp/pf_all NVCC_FLAGS=-DGEMV_PREFETCH_BLOCKS=2147483647 ./compile_cuda.sh > "$OUT/build_pf_all.log" 2>&1; echo "pf_all rc=$?") &
-  (cd "$NEW" && MINITORCH_CUDA_BUILD_DIR=/tmp/pf_wave NVCC_FLAGS=-DGEMV_PREFETCH_BLOCKS=1056 ./compile_cuda.sh > "$OUT/build_pf_wave.log" 2>&1; echo "pf_wave rc=$?") &
+  has bench && (cd "$NEW" && MINITORCH_CUDA_BUILD_DIR=/tmp/pf_all NVCC_FLAGS=-DGEMV_PREFETCH_BLOCKS=2147483647 ./compile_cuda.sh > "$OUT/build_pf_all.log" 2>&1; echo "pf_all rc=$?") &
+  has bench && (cd "$NEW" && MINITORCH_CUDA_BUILD_DIR=/tmp/pf_wave NVCC_FLAGS=-DGEMV_PREFETCH_BLOCKS=1056 ./compile_cuda.sh > "$OUT/build_pf_wave.log" 2>&1; echo "pf_wave rc=$?") &
   [ -n "$BASE" ] && (cd "$BASE" && ./compile_cuda.sh > "$OUT/build_base.log" 2>&1; echo "base rc=$?") &
   wait
   log build done
@@ -58,6 +58,13 @@ if has bench; then
   BDIR=/tmp/pf_all bench new_pf_all "$NEW"
   BDIR=/tmp/pf_wave bench new_pf_wave "$NEW"
   bench new_exact "$NEW" --gemv ours
+  bench new_again "$NEW"
+fi
+if has final; then
+  [ -n "$BASE" ] && bench base "$BASE"
+  bench spec "$NEW" --spec --gammas 1 2 3 4 5 6 7 8 --profile
+  bench new_noepi "$NEW" --norm-epilogue off
+  bench spec_exact "$NEW" --gemv ours --spec --gammas 1 2 3 4
   bench new_again "$NEW"
 fi
 if has spec; then
