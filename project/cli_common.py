@@ -143,14 +143,18 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
 
 
 def warm_up(models: Models) -> None:
-    """One short forward per model, so that first-run costs (weights paged in from disk, kernel
-    compilation) are not billed to whichever generation happens to run first."""
+    """A tiny prefill, decode step and verify step per model, so that first-run costs (weights paged in
+    from disk, numba compiling each kernel variant on a fresh checkout) are not billed to whichever
+    generation happens to run first."""
     from minitorch import no_grad
 
     with no_grad():
         for model in (models.target, models.draft):
             if model is not None:
-                model([0, 1], model.new_cache(2))
+                cache = model.new_cache(8)
+                model([0, 1, 2], cache, last_n=1)  # prefill
+                model([3], cache)  # decode step
+                model([4, 5], cache)  # verify step (several rows at a cached position)
 
 
 def encode_prompt(tok: Any, text: str, chat: bool, system: str | None = None) -> list[int]:
