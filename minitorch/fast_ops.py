@@ -1,7 +1,8 @@
 """FastOps: the numba CPU backend. Generic strided map / zip / where / reduce kernels (fast_kernels),
 fused kernels (fast_fused) and float32 matmul through numpy's BLAS on strided views (no copies:
-a weight stored (out, in) and used transposed is passed to BLAS as a transposed operand), except few-row
-activations against such a weight, which take the skinny numba kernel (fast_matmul).
+a weight stored (out, in) and used transposed is passed to BLAS as a transposed operand), except 1-16-row
+activations against such a weight (decode and verify steps), which take the skinny numba kernel
+(fast_matmul), and packed weights (fast_packed).
 """
 from __future__ import annotations
 
