@@ -21,6 +21,8 @@ import numpy as np
 
 from evaluation import mode_key, thirds_counts
 
+from minitorch.generation.stats import cost_model_speedup
+
 COMPARISONS = (("spec", "target"), ("hf_assisted", "hf_greedy"), ("spec", "hf_greedy"), ("target", "hf_greedy"))
 THIRDS = ("early", "middle", "late")
 
@@ -122,24 +124,6 @@ def bootstrap_speedup(tok_f: np.ndarray, sec_f: np.ndarray, tok_b: np.ndarray, s
     return point, float(lo), float(hi)
 
 
-def cost_model_of(spec: Mapping[str, Any], base: Mapping[str, Any]) -> float | None:
-    """minitorch.generation.stats.cost_model_speedup for one problem's two runs (per-forward times filled
-    in from the raw timers for records written before those fields existed)."""
-    from minitorch.generation.stats import cost_model_speedup
-
-    def per(t: str, n: str, st: Mapping[str, Any]) -> float:
-        return st.get(t, 0.0) / st[n] if st.get(n) else 0.0
-
-    spec = dict(spec)
-    spec.setdefault("time_per_draft_forward", per("time_draft", "draft_forwards", spec))
-    spec.setdefault("time_per_verify_forward", per("time_verify", "target_forwards", spec))
-    base = dict(base)
-    base.setdefault("time_per_forward", per("time_verify", "target_forwards", base))
-    if "token_acceptance" not in spec or "mean_gamma" not in spec:
-        return None
-    return cost_model_speedup(spec, base)
-
-
 def _comparison(records: Sequence[Mapping[str, Any]], fast: str, base: str,
                 n_boot: int, seed: int) -> dict[str, Any] | None:
     pairs = _pairs(records, fast, base)
@@ -154,7 +138,7 @@ def _comparison(records: Sequence[Mapping[str, Any]], fast: str, base: str,
     point, lo, hi = bootstrap_speedup(tok_f, sec_f, tok_b, sec_b, n_boot, seed)
     per_problem = [f["tokens_per_s"] / b["tokens_per_s"] for f, b in pairs if b["tokens_per_s"] > 0]
     predicted = [f.get("predicted_speedup") for f, _ in pairs]
-    cost_model = [cost_model_of(f.get("stats") or {}, b.get("stats") or {}) for f, b in pairs]
+    cost_model = [cost_model_speedup(f.get("stats") or {}, b.get("stats") or {}) for f, b in pairs]
     cost_model = [c for c in cost_model if c is not None]
     return {
         "fast": fast, "base": base, "n_pairs": len(pairs),

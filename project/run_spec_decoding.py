@@ -25,7 +25,7 @@ from cli_common import (
     Models, OneLineParser, UserError, add_model_args, add_sampling_args, add_spec_args, check_spec_args,
     encode_prompt, load_models, run_cli, sampling_from_args, warm_up)
 from minitorch.generation import GenerationResult, SamplingConfig, generate, speculative_generate
-from minitorch.generation.stats import cost_model_speedup
+from minitorch.generation.stats import cost_model_speedup, forward_times
 
 DEFAULT_PROMPT = (
     "A bakery sells muffins for $3 each and cookies for $2 each. On Monday it sold 48 muffins and "
@@ -138,9 +138,9 @@ def print_comparison(spec: GenerationResult, target: GenerationResult | None) ->
     print(line + (f" | measured: {measured:.2f}x" if measured is not None else ""))
     model_pred = cost_model_speedup(st, target.stats) if target is not None else None
     if model_pred is not None:
-        t_step = target.stats["time_per_forward"]
-        print(f"Cost model with measured forwards (draft {st['time_per_draft_forward'] * 1e3:.0f} ms, verify "
-              f"{st['time_per_verify_forward'] * 1e3:.0f} ms = {st['time_per_verify_forward'] / t_step:.2f}x a "
+        t_draft, t_verify, t_step = forward_times(st, target.stats)
+        print(f"Cost model with measured forwards (draft {t_draft * 1e3:.0f} ms, verify "
+              f"{t_verify * 1e3:.0f} ms = {t_verify / t_step:.2f}x a "
               f"{t_step * 1e3:.0f} ms target step): {model_pred:.2f}x | measured: {measured:.2f}x")
 
 

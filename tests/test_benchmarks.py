@@ -393,12 +393,12 @@ def test_shards_partition_the_selection(n):
     assert sorted(p.index for p in chosen) == list(range(3, 14))
 
 
-def test_cost_model_of_fills_per_forward_times_from_raw_timers():
-    from evaluation_summary import cost_model_of
+def test_cost_model_derives_per_forward_times_from_raw_timers():
+    from minitorch.generation.stats import cost_model_speedup
     from minitorch.generation.stats import expected_tokens_per_round
     spec = {"token_acceptance": 0.8, "mean_gamma": 4.0, "rounds": 5, "time_draft": 1.6, "draft_forwards": 20,
             "time_verify": 1.5, "target_forwards": 5}
     base = {"time_verify": 4.0, "target_forwards": 20}
     want = expected_tokens_per_round(0.8, 4.0) * 0.2 / (4 * 0.08 + 0.3)
-    assert cost_model_of(spec, base) == pytest.approx(want)
-    assert cost_model_of({"rounds": 5}, base) is None  # a record without acceptance statistics
+    assert cost_model_speedup(spec, base) == pytest.approx(want)
+    assert cost_model_speedup({"rounds": 5}, base) is None  # a record without acceptance statistics

@@ -216,14 +216,15 @@ def test_sampling_runs_reproduce_with_the_seed():
 def test_cost_model_speedup_uses_measured_step_and_verify_costs():
     from minitorch.generation.stats import cost_model_speedup, expected_tokens_per_round
     spec = {"token_acceptance": 0.9, "mean_gamma": 4.0, "rounds": 10,
-            "time_per_draft_forward": 0.08, "time_per_verify_forward": 0.33}
-    got = cost_model_speedup(spec, {"time_per_forward": 0.2})
+            "time_draft": 0.8, "draft_forwards": 10, "time_verify": 3.3, "target_forwards": 10}
+    got = cost_model_speedup(spec, {"time_verify": 2.0, "target_forwards": 10})
     assert got == pytest.approx(expected_tokens_per_round(0.9, 4.0) * 0.2 / (4 * 0.08 + 0.33))
     # a verify pass priced like a step and a free draft reduce it to E[tokens per round]
-    free = dict(spec, time_per_draft_forward=0.0, time_per_verify_forward=0.2)
-    assert cost_model_speedup(free, {"time_per_forward": 0.2}) == pytest.approx(expected_tokens_per_round(0.9, 4.0))
-    assert cost_model_speedup(spec, {"time_per_forward": 0.0}) is None
-    assert cost_model_speedup(dict(spec, rounds=0), {"time_per_forward": 0.2}) is None
+    free = dict(spec, time_draft=0.0, time_verify=2.0)
+    step = {"time_verify": 2.0, "target_forwards": 10}
+    assert cost_model_speedup(free, step) == pytest.approx(expected_tokens_per_round(0.9, 4.0))
+    assert cost_model_speedup(spec, {"time_verify": 0.0, "target_forwards": 10}) is None
+    assert cost_model_speedup(dict(spec, rounds=0), step) is None
 
 
 @pytest.mark.parametrize("head_vocab", [1, 7, 30])

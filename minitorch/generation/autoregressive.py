@@ -118,6 +118,5 @@ def generate(model: Any, prompt_ids: Sequence[int], max_new_tokens: int,
         "time_total": total,
         "tokens_per_s": len(out) / total if total > 0 else 0.0,
         "decode_tokens_per_s": forwards / timer.get("verify") if timer.get("verify") > 0 else 0.0,
-        "time_per_forward": timer.get("verify") / forwards if forwards else 0.0,
     }
     return GenerationResult(tokens=out, stop_reason=stop_reason, stats=stats)

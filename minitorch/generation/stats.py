@@ -33,14 +33,24 @@ def predicted_speedup(alpha: float, gamma: float, c: float) -> float:
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
 
 
+def forward_times(spec: dict[str, Any], target: dict[str, Any]) -> tuple[float, float, float]:
+    """(t_draft, t_verify, t_step) in seconds per forward, from the timers and forward counts of a
+    speculative run's stats and an autoregressive run's stats (0.0 where nothing was measured)."""
+    def per(st: dict[str, Any], seconds: str, count: str) -> float:
+        return st.get(seconds, 0.0) / st[count] if st.get(count) else 0.0
+
+    return (per(spec, "time_draft", "draft_forwards"), per(spec, "time_verify", "target_forwards"),
+            per(target, "time_verify", "target_forwards"))
+
+
 def cost_model_speedup(spec: dict[str, Any], target: dict[str, Any]) -> float | None:
     """Expected speedup with every cost measured: E(a, gamma) * t_step / (gamma * t_draft + t_verify),
     t_step = a target-alone decode forward (from `target`, an autoregressive run's stats), t_draft and
-    t_verify = a draft forward and a verify forward of the speculative run `spec`. None if unmeasured."""
-    t_step = target.get("time_per_forward") or 0.0
-    t_draft, t_verify = spec.get("time_per_draft_forward") or 0.0, spec.get("time_per_verify_forward") or 0.0
+    t_verify = a draft forward and a verify forward of the speculative run `spec` (forward_times).
+    None if unmeasured or `spec` has no acceptance statistics."""
+    t_draft, t_verify, t_step = forward_times(spec, target)
     gamma = spec.get("mean_gamma") or 0.0
-    if t_step <= 0 or t_verify <= 0 or not spec.get("rounds"):
+    if t_step <= 0 or t_verify <= 0 or not spec.get("rounds") or "token_acceptance" not in spec:
         return None
     return expected_tokens_per_round(spec["token_acceptance"], gamma) * t_step / (gamma * t_draft + t_verify)
 
@@ -143,8 +153,6 @@ class SpecStats:
             "time_total": total_seconds,
             "tokens_per_s": self.new_tokens / total_seconds if total_seconds > 0 else 0.0,
             "cost_ratio_c": c,
-            "time_per_draft_forward": t_draft_fwd,
-            "time_per_verify_forward": t_target_fwd,
             "predicted_speedup": predicted_speedup(token_acc, mean_gamma, c) if self.rounds else 1.0,
         }
 
