@@ -73,9 +73,12 @@ class PackedWeight:
         w = self.scale[flat][:, :, None] * q - self.offset[flat][:, :, None]
         return w.reshape(ids.shape + (k,)).astype(np.float32, copy=False)
 
-    def first_rows(self, n: int) -> "PackedWeight":
-        """Rows 0..n-1 as a PackedWeight sharing this one's arrays (no copy)."""
-        return PackedWeight(self.q[:n], self.scale[:n], self.offset[:n], self.block)
+    def narrow(self, dim: int, start: int, length: int) -> "PackedWeight":
+        """Rows start..start+length-1 sharing this weight's arrays (Tensor.narrow for dim 0; no copy)."""
+        if dim != 0:
+            raise MiniTorchError(f"a packed weight narrows along its rows (dim 0) only, got dim {dim}")
+        rows = slice(start, start + length)
+        return PackedWeight(self.q[rows], self.scale[rows], self.offset[rows], self.block)
 
     def dequantize(self) -> np.ndarray:
         """The float32 (N, K) weight."""

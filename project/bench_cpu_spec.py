@@ -29,13 +29,24 @@ sys.path.insert(0, str(ROOT))                # minitorch from the checkout
 sys.path.insert(1, str(Path(__file__).parent))  # cli_common, evaluation_hf
 from cli_common import encode_prompt, load_models, warm_up  # noqa: E402
 
-from minitorch.generation import (ModelDrafter, NGramDrafter, SamplingConfig, generate,  # noqa: E402
+from minitorch.generation import (NGramDrafter, SamplingConfig, generate,  # noqa: E402
                                   speculative_generate)
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 TARGET = "qwen2.5-coder-1.5b-instruct"
 DRAFT = "qwen2.5-coder-0.5b-instruct"
+
+
+def int_list(ap: argparse.ArgumentParser, flag: str, text: str, minimum: int) -> list[int]:
+    """Comma-separated integers >= minimum, at least one; ap.error (exit 2) otherwise."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        ap.error(f"{flag} must be comma-separated integers, got {text!r}")
+    if not values or min(values) < minimum:
+        ap.error(f"{flag} needs at least one integer, all >= {minimum}")
+    return values
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,18 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="route every matmul to np.matmul (the FastOps behaviour before the skinny kernel)")
     ap.add_argument("--json", type=Path, default=None, help="write per-question rows and the summary here")
     args = ap.parse_args(argv)
-    try:
-        args.gamma_list = [int(g) for g in args.gammas.split(",") if g.strip()]
-    except ValueError:
-        ap.error(f"--gammas must be comma-separated integers, got {args.gammas!r}")
-    if not args.gamma_list or min(args.gamma_list) < 1:
-        ap.error("--gammas needs at least one integer >= 1")
-    try:
-        args.draft_vocab_list = [int(v) for v in args.draft_vocabs.split(",") if v.strip()]
-    except ValueError:
-        ap.error(f"--draft-vocabs must be comma-separated integers, got {args.draft_vocabs!r}")
-    if not args.draft_vocab_list or min(args.draft_vocab_list) < 0:
-        ap.error("--draft-vocabs needs integers >= 0")
+    args.gamma_list = int_list(ap, "--gammas", args.gammas, minimum=1)
+    args.draft_vocab_list = int_list(ap, "--draft-vocabs", args.draft_vocabs, minimum=0)
     if args.n < 1 or args.max_new_tokens < 1:
         ap.error("--n and --max-new-tokens must be >= 1")
     if not args.data.is_file():
@@ -152,7 +153,7 @@ def run_ours(args: argparse.Namespace, prompts: list[str], rows: list[dict[str, 
     for g in args.gamma_list:
         for dv in args.draft_vocab_list:
             runs.append((f"ours_spec_g{g}" + (f"_v{dv}" if dv else ""), lambda ids, g=g, dv=dv: speculative_generate(
-                m.target, ModelDrafter(m.draft, m.vocab_size, head_vocab=dv or None), ids, args.max_new_tokens, cfg,
+                m.target, m.make_drafter("model", dv), ids, args.max_new_tokens, cfg,
                 m.stop_ids, gamma=g, adaptive_gamma=args.adaptive, vocab_size=m.vocab_size)))
     if args.ngram:
         g0 = args.gamma_list[0]

@@ -114,13 +114,14 @@ class Models:
     load_seconds: float
     draft_vocab: int = 0  # --draft-vocab (0: the whole shared vocabulary)
 
-    def make_drafter(self, kind: str) -> Any:
-        """A fresh drafter of the given kind ("model" or "ngram")."""
+    def make_drafter(self, kind: str, draft_vocab: int | None = None) -> Any:
+        """A fresh drafter of the given kind ("model" or "ngram"); draft_vocab overrides --draft-vocab."""
         if kind == "ngram":
             return NGramDrafter()
         if self.draft is None:
             raise UserError("no draft model is loaded (started with --drafter ngram)")
-        return ModelDrafter(self.draft, self.vocab_size, head_vocab=self.draft_vocab or None)
+        n = self.draft_vocab if draft_vocab is None else draft_vocab
+        return ModelDrafter(self.draft, self.vocab_size, head_vocab=n or None)
 
 
 def load_models(args: argparse.Namespace, need_draft: bool | None = None, progress: bool = True) -> Models:

@@ -138,3 +138,30 @@ def test_packed_load_errors(gguf_pair: Path, tmp_path: Path) -> None:
 
     with pytest.raises(ModelLoadError, match="no packed kernel"):
         load_model(str(gguf_pair), backend=NoPacked, progress=False, weights="packed", cache_dir=tmp_path)
+
+
+def test_kernel_rebuilds_the_float32_weights_exactly() -> None:
+    """One-hot activations read single weights out of the kernel: its row rebuild (scale * code - offset,
+    two roundings) gives the dequantized float32 weights bit for bit, offsets included."""
+    from minitorch import fast_packed
+
+    for qtype in ("Q4_K", "Q6_K", "Q4_1"):
+        pw = pack_raw(qtype, random_blocks(qtype, 24, 256, seed=7), (24, 256))
+        w = pw.dequantize()
+        for k0 in range(0, 256, 16):
+            x = np.zeros((16, 256), np.float32)
+            x[np.arange(16), k0 + np.arange(16)] = 1.0
+            out = np.empty((16, 24), np.float32)
+            fast_packed.packed_linear(x, pw, out)
+            assert np.array_equal(out, w[:, k0:k0 + 16].T), f"{qtype} columns {k0}..{k0 + 15}"
+
+
+def test_packed_head_rows_narrow_the_packed_head(gguf_pair: Path, tmp_path: Path) -> None:
+    packed, _ = load_model(str(gguf_pair), progress=False, weights="packed", cache_dir=tmp_path)
+    ids = [3, 1, 4, 1, 5]
+    with minitorch.no_grad():
+        full = packed(ids).to_numpy()[0]
+        part = packed(ids, head_rows=40).to_numpy()[0]
+    assert np.array_equal(part, full[:, :40])
+    with pytest.raises(minitorch.MiniTorchError, match="dim 0"):
+        packed.lm_head.weight.value.narrow(1, 0, 4)

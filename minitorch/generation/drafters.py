@@ -52,7 +52,7 @@ class ModelDrafter:
         ranks by corpus frequency instead)."""
         self.model = model
         self.vocab_size = int(vocab_size or model.config.vocab_size)
-        if head_vocab is not None and not 1 <= head_vocab:
+        if head_vocab is not None and head_vocab < 1:
             raise ValueError(f"head_vocab must be >= 1, got {head_vocab}")
         self.head_vocab = head_vocab
         self._vocab = self.vocab_size  # the shared vocabulary of the current generation
@@ -92,11 +92,9 @@ class ModelDrafter:
         drafts: list[int] = []
         qs: list[np.ndarray] = []
         n_head = self._vocab if self.head_vocab is None else min(self.head_vocab, self._vocab)
+        head = {"head_rows": n_head} if n_head < self._vocab else {}  # models without the option get none
         for i in range(gamma):
-            if n_head < self._vocab:
-                rows = logits_rows(self.model(feed, self.cache, head_rows=n_head), n_head)  # (T, n_head)
-            else:
-                rows = logits_rows(self.model(feed, self.cache), self._vocab)  # (T, V)
+            rows = logits_rows(self.model(feed, self.cache, **head), n_head)  # (T, n_head)
             self.forwards += 1
             self._ids.extend(feed)
             if cfg.greedy:

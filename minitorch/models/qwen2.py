@@ -16,7 +16,6 @@ import numpy as np
 from .. import nn
 from .. import tensor as make_tensor
 from ..module import Module, Parameter
-from ..packed import PackedWeight
 from ..tensor import Tensor
 from .config import Qwen2Config
 from .kv_cache import KVCache
@@ -214,7 +213,7 @@ class Qwen2ForCausalLM(Module):
         if head_rows is not None:
             if not 1 <= head_rows <= head.shape[0]:
                 raise ValueError(f"head_rows must be in [1, {head.shape[0]}], got {head_rows}")
-            head = head.first_rows(head_rows) if isinstance(head, PackedWeight) else head.narrow(0, 0, head_rows)
+            head = head.narrow(0, 0, head_rows)  # a Tensor view or a PackedWeight sharing the arrays
         return nn.linear(h, head)  # (1, T, V)
 
     # -- weights -----------------------------------------------------------------------------
