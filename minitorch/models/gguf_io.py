@@ -19,7 +19,8 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Optional, Union
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 
@@ -188,11 +189,8 @@ def build_dequant_cache(
     path = Path(path)
     reader = open_gguf(path)
     config = config_from_gguf(reader, path)
-    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    (tmp / "weights").mkdir(parents=True)
-    try:
+    with building_folder(out_dir, "config.json") as tmp:
+        (tmp / "weights").mkdir()
         seen = set()
         for t in tqdm(reader.tensors, desc=f"dequantizing {path.name}", disable=not progress, leave=False):
             name = gguf_to_hf_name(t.name)
@@ -204,14 +202,27 @@ def build_dequant_cache(
         (tmp / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
         tokenizer_files_from_gguf(reader, tmp)
         del reader
-        if (out_dir / "config.json").is_file():
-            return  # another process finished the same cache first; keep theirs (tmp is removed below)
+
+
+@contextmanager
+def building_folder(out_dir: Path, done_file: str) -> Iterator[Path]:
+    """A temporary sibling of out_dir to fill; renamed to out_dir when the block ends without an error,
+    so an interrupted build leaves no half-built cache. If another process finished out_dir first
+    (its done_file exists), theirs is kept; a stale out_dir without done_file is replaced."""
+    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if (out_dir / done_file).is_file():
+            return
         if out_dir.exists():
-            shutil.rmtree(out_dir)  # a stale, incomplete folder
+            shutil.rmtree(out_dir)
         try:
             os.replace(tmp, out_dir)
         except OSError:
-            if not (out_dir / "config.json").is_file():
+            if not (out_dir / done_file).is_file():
                 raise
     finally:
         if tmp.exists():

@@ -19,8 +19,6 @@ offset are computed from the header in the same float32 operations as gguf's deq
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -106,14 +104,10 @@ def build_packed_cache(path: Union[str, Path], out_dir: Path, progress: bool = T
     written to a temporary sibling and renamed, so an interrupted run leaves nothing half-built."""
     from tqdm import tqdm
 
-    from .gguf_io import gguf_to_hf_name, open_gguf
+    from .gguf_io import building_folder, gguf_to_hf_name, open_gguf
 
     reader = open_gguf(path)
-    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
+    with building_folder(out_dir, "packed.json") as tmp:
         manifest = {}
         for t in tqdm(reader.tensors, desc=f"packing {Path(path).name}", disable=not progress, leave=False):
             name = gguf_to_hf_name(t.name)
@@ -125,14 +119,6 @@ def build_packed_cache(path: Union[str, Path], out_dir: Path, progress: bool = T
             manifest[name] = {"block": pw.block, "type": t.tensor_type.name}
         (tmp / "packed.json").write_text(json.dumps({"format": PACKED_FORMAT, "tensors": manifest}, indent=1))
         del reader
-        if (out_dir / "packed.json").is_file():
-            return  # another process finished first
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_packed(path: Union[str, Path], cache_dir: Optional[Union[str, Path]] = None,
