@@ -175,7 +175,7 @@ def main() -> None:
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     if args.stream:
-        stream_table([int(r) for r in args.rows.split(",")], max(1, min(args.repeat, 3)))
+        stream_table([int(r) for r in args.rows.split(",")], args.repeat)
         return
     if args.skinny:
         skinny_table(rng, [int(r) for r in args.rows.split(",")], args.repeat)
