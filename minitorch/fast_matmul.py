@@ -9,7 +9,7 @@ OpenBLAS's gemm for 2-16 rows. Other layouts (row-major (K, N) weights, strided 
 dtypes, more rows: prefill) stay on np.matmul.
 
 Because 1-row and T-row products go through the same instructions, a verify pass over gamma+1 tokens
-yields bit for bit the logits of gamma+1 decode steps (tests/test_core_matmul_rows.py): greedy
+yields bit for bit the logits of gamma+1 decode steps (tests/test_core_fast.py, tests/test_models_qwen2.py): greedy
 speculative decoding equals greedy decoding by construction, not only away from near-ties.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from numba import njit, prange
 # 1..16 rows take the kernel. Over all 197 linears of a 1.5B-shaped model (6.2 GB float32 streamed from
 # memory, 2 threads, `python project/bench_ops.py --stream --rows 1,5 --repeat 3`, 2026-11-30 09:03 UTC):
 # 1 row 281 ms vs OpenBLAS gemv 269 ms; 5 rows 456 ms vs OpenBLAS gemm 952 ms. The previous kernel (one
-# weight row at a time, 1 stream per thread) took 326 ms / 492 ms on the real 1.5B weights (/tmp/kv/sk.py).
+# weight row at a time, 1 stream per thread) took 326 ms / 492 ms on the real 1.5B weights (a scratch script, same hour).
 SKINNY_MIN_ROWS = 1
 SKINNY_MAX_ROWS = 16
 # reassociation lets the K reduction vectorize; no nnan/ninf, so inf/nan propagate like numpy
@@ -36,7 +36,7 @@ def _skinny_nk_par(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:  # pr
 
     Four weight rows are walked side by side (four accumulators per activation row): four concurrent
     memory streams per thread read 24-28 GB/s on the 2-core box where one row at a time read 12 GB/s
-    (the hardware prefetcher follows each stream; /tmp/kv/ms.py, 2026-11-30). The group's rows stay in
+    (a scratch streaming-sum test, 2026-11-30: the hardware prefetcher follows each stream). The group's rows stay in
     L1 (4 x K floats) while the other activation rows reuse them. Every out[t, n] is computed by the
     same instruction sequence whatever T is, so a row of a T-row product equals the 1-row product bit
     for bit: a verify pass reproduces the decode steps' logits exactly."""

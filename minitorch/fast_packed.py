@@ -7,7 +7,7 @@ memory once per call whatever R is, at 1 + 8/block bytes per element instead of 
 
 Every activation row goes through the same dot loop, so row r of a call with R rows is bit for bit the
 result of a call with that row alone: a verify pass over gamma+1 tokens reproduces the one-token decode
-steps' logits exactly (tests/test_core_packed.py checks it), and greedy speculative decoding equals
+steps' logits exactly (tests/test_models_packed.py checks it), and greedy speculative decoding equals
 greedy decoding of the target by construction, not only up to near-ties.
 
 Prefill-sized inputs (more than MAX_ROWS rows) take a chunked path instead: rebuild CHUNK_BLAS weight rows
