@@ -1,82 +1,123 @@
 """numba kernel for FastOps' `packed_linear` slot: out (R, N) = x (R, K) @ w^T with w a PackedWeight.
 
-Layout: output rows n are split over numba's threads in chunks of CHUNK; a thread rebuilds one float32
-weight row at a time into a K-long buffer (L1/L2-resident) from its int8 codes and per-block scale and
-offset, then takes the dot product of that buffer with each activation row. The weight is read from
-memory once per call whatever R is, at 1 + 8/block bytes per element instead of float32's 4.
+Layout (minitorch/packed.py): TILE weight rows are interleaved, so for each input k the TILE codes of a
+tile are adjacent. A thread owns whole tiles; for each block b of `block` inputs it sums, per output lane
+i and activation row r,
 
-Every activation row goes through the same dot loop, so row r of a call with R rows is bit for bit the
+    part[r, i] = sum over input pairs (k, k+1) of b:  q[i, k] * x[r, k] + q[i, k+1] * x[r, k+1]
+
+(the loop over the TILE lanes is what vectorizes: one int8 -> float32 convert and one multiply-add per
+lane, no horizontal sums), then folds the block's scale and offset in once:
+
+    acc[r, i] += scale[i, b] * part[r, i] - offset[i, b] * sum_k x[r, k]     (same as sum of w[i, k] x[r, k])
+
+The weight is read from memory once per call whatever R is, at 1 + 8/block bytes per element instead of
+float32's 4. No fastmath: every sum runs in the order written, so the result is a fixed function of the
+inputs; and every activation row runs the same loop, so row r of a call with R rows is bit for bit the
 result of a call with that row alone: a verify pass over gamma+1 tokens reproduces the one-token decode
 steps' logits exactly (tests/test_models_packed.py checks it), and greedy speculative decoding equals
 greedy decoding of the target by construction, not only up to near-ties.
 
-Prefill-sized inputs (more than MAX_ROWS rows) take a chunked path instead: rebuild CHUNK_BLAS weight rows
-into a float32 block and multiply with BLAS, which is compute-efficient for many rows.
+Prefill-sized inputs (more than MAX_ROWS rows) take a chunked path instead: rebuild CHUNK_TILES tiles as
+float32 (K, TILE) blocks (the transposed weight rows, written contiguously) and multiply with BLAS, which
+is compute-efficient for many rows.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
+from .packed import TILE
+
 # up to this many activation rows use the row kernel (decode, verify of gamma <= 15); more use BLAS chunks
 MAX_ROWS = 16
-CHUNK = 64          # weight rows per parallel work item of the row kernel
-CHUNK_BLAS = 1024   # weight rows rebuilt per BLAS call on the prefill path
-_FM = {"reassoc", "contract"}  # the K reduction vectorizes; no nnan/ninf so inf/nan propagate
+CHUNK_TILES = 8  # tiles (of TILE weight rows) rebuilt per BLAS call on the prefill path
+_FM = {"reassoc", "contract"}  # only for the per-block sums of x (a few hundred additions per call)
 
 
-@njit(cache=True)
-def _rebuild_row(q: np.ndarray, scale: np.ndarray, offset: np.ndarray, n: int, block: int,
-                 buf: np.ndarray) -> None:  # pragma: no cover - numba
-    """buf = float32 weight row n. No fastmath on purpose: product and difference are rounded
-    separately (no fused multiply-add), as the gguf dequantizers do, so buf equals the float32 weights."""
-    for b in range(scale.shape[1]):
-        a = scale[n, b]
-        c = offset[n, b]
-        base = b * block
-        for j in range(block):
-            buf[base + j] = a * np.float32(q[n, base + j]) - c
-
-
-@njit(fastmath=_FM, cache=True, inline="always")
-def _dot(x: np.ndarray, r: int, buf: np.ndarray) -> np.float32:  # pragma: no cover - numba
-    acc = np.float32(0.0)
-    for k in range(buf.shape[0]):
-        acc += x[r, k] * buf[k]
-    return acc
-
-
-@njit(fastmath=_FM, cache=True, parallel=True)
-def packed_rows(x: np.ndarray, q: np.ndarray, scale: np.ndarray, offset: np.ndarray, block: int,
-                out: np.ndarray) -> None:  # pragma: no cover - numba
-    """out (R, N) = x (R, K) @ w^T, each weight row rebuilt once and dotted with every x row."""
-    n_len, k_len = q.shape
-    rows = x.shape[0]
-    n_chunks = (n_len + CHUNK - 1) // CHUNK
-    for ch in prange(n_chunks):
-        buf = np.empty(k_len, dtype=np.float32)
-        for n in range(ch * CHUNK, min(n_len, (ch + 1) * CHUNK)):
-            _rebuild_row(q, scale, offset, n, block, buf)
-            for r in range(rows):
-                out[r, n] = _dot(x, r, buf)
+@njit(fastmath=_FM, cache=True)
+def _block_sums(x: np.ndarray, block: int) -> np.ndarray:  # pragma: no cover - numba
+    """xs[r, b] = sum of x[r, k] over block b."""
+    rows, k_len = x.shape
+    xs = np.empty((rows, k_len // block), dtype=np.float32)
+    for r in range(rows):
+        for b in range(k_len // block):
+            s = np.float32(0.0)
+            for k in range(b * block, (b + 1) * block):
+                s += x[r, k]
+            xs[r, b] = s
+    return xs
 
 
 @njit(cache=True, parallel=True)
-def rebuild_block(q: np.ndarray, scale: np.ndarray, offset: np.ndarray, block: int, start: int,
+def packed_rows(x: np.ndarray, qt: np.ndarray, st: np.ndarray, ot: np.ndarray, block: int, n_len: int,
+                out: np.ndarray) -> None:  # pragma: no cover - numba
+    """out (R, n_len) = x (R, K) @ w^T for tiled codes qt (groups, K, TILE) and scale/offset st, ot."""
+    groups, k_len, lanes = qt.shape
+    rows = x.shape[0]
+    xs = _block_sums(x, block)
+    pairs_end = block - block % 2  # an odd block ends with one single input
+    for g in prange(groups):
+        acc = np.zeros((rows, TILE), dtype=np.float32)
+        part = np.empty((rows, TILE), dtype=np.float32)
+        for b in range(k_len // block):
+            k0 = b * block
+            part[:] = 0
+            for k in range(k0, k0 + pairs_end, 2):
+                for r in range(rows):
+                    x0 = x[r, k]
+                    x1 = x[r, k + 1]
+                    for i in range(TILE):
+                        part[r, i] += np.float32(qt[g, k, i]) * x0 + np.float32(qt[g, k + 1, i]) * x1
+            if pairs_end < block:
+                k = k0 + block - 1
+                for r in range(rows):
+                    x0 = x[r, k]
+                    for i in range(TILE):
+                        part[r, i] += np.float32(qt[g, k, i]) * x0
+            for r in range(rows):
+                xb = xs[r, b]
+                for i in range(TILE):
+                    acc[r, i] += st[g, b, i] * part[r, i] - ot[g, b, i] * xb
+        m = min(TILE, n_len - g * TILE)
+        for r in range(rows):
+            for i in range(m):
+                out[r, g * TILE + i] = acc[r, i]
+
+
+@njit(cache=True)
+def rebuild_tiles(qt: np.ndarray, st: np.ndarray, ot: np.ndarray, block: int, first: int,
                   dst: np.ndarray) -> None:  # pragma: no cover - numba
-    """dst[i] = float32 weight row start + i, for i < dst.shape[0]."""
-    for i in prange(dst.shape[0]):
-        _rebuild_row(q, scale, offset, start + i, block, dst[i])
+    """dst (K, m * TILE) = float32 weight rows of tiles first..first+m-1, transposed (column j * TILE + i
+    is row (first + j) * TILE + i). The product and the difference are rounded separately, as the gguf
+    dequantizers do: the float32 weights. One thread on purpose: numba's worker threads still spin from
+    a parallel rebuild when BLAS starts the product (and BLAS's when the next rebuild starts), which made
+    prefill 2-3x slower than this serial rebuild on 2 cores."""
+    k_len = qt.shape[1]
+    for j in range(dst.shape[1] // TILE):
+        g = first + j
+        for b in range(k_len // block):
+            a = st[g, b]
+            c = ot[g, b]
+            for k in range(b * block, (b + 1) * block):
+                src = qt[g, k]
+                row = dst[k, j * TILE:(j + 1) * TILE]
+                for i in range(TILE):
+                    row[i] = a[i] * np.float32(src[i]) - c[i]
 
 
 def packed_linear(x: np.ndarray, w, out: np.ndarray) -> None:
     """FastOps slot: out (R, N) = x (R, K) @ w^T for a PackedWeight w; x and out C-contiguous float32."""
     n_len, k_len = w.shape
     if x.shape[0] <= MAX_ROWS:
-        packed_rows(x, w.q, w.scale, w.offset, w.block, out)
+        packed_rows(x, w.qt, w.st, w.ot, w.block, n_len, out)
         return
-    tmp = np.empty((min(CHUNK_BLAS, n_len), k_len), dtype=np.float32)
-    for start in range(0, n_len, CHUNK_BLAS):
-        m = min(CHUNK_BLAS, n_len - start)
-        rebuild_block(w.q, w.scale, w.offset, w.block, start, tmp[:m])
-        np.matmul(x, tmp[:m].T, out=out[:, start:start + m])
+    groups = w.qt.shape[0]
+    tmp = np.empty((k_len, min(CHUNK_TILES, groups) * TILE), dtype=np.float32)
+    for first in range(0, groups, CHUNK_TILES):
+        m = min(CHUNK_TILES, groups - first)
+        rebuild_tiles(w.qt, w.st, w.ot, w.block, first, tmp[:, :m * TILE])
+        col = first * TILE
+        cols = min(n_len, col + m * TILE) - col
+        # into a contiguous result first: numpy's matmul skips BLAS for a strided `out`
+        out[:, col:col + cols] = np.matmul(x, tmp[:, :m * TILE])[:, :cols]  # padding rows dropped

@@ -26,14 +26,26 @@ import numpy as np
 from .tensor_data import MiniTorchError
 
 
+TILE = 128  # weight rows interleaved per tile (the kernel's vector lanes); N is padded up to a multiple
+
+
 class PackedWeight:
-    """A (N, K) float32 weight stored as int8 codes plus per-block scale and offset (see module doc)."""
+    """A (N, K) float32 weight stored as int8 codes plus per-block scale and offset (see module doc).
+
+    Storage is tiled: TILE consecutive weight rows are interleaved, so that for every input k the codes
+    of those rows lie next to each other and one vector instruction serves TILE/8..TILE/16 outputs.
+        qt[g, k, i]     = q[g * TILE + i, k]                    (N_pad / TILE, K, TILE) int8
+        st[g, b, i]     = scale[g * TILE + i, b]                (N_pad / TILE, K / block, TILE) float32
+        ot[g, b, i]     = offset[g * TILE + i, b]               (same)
+    Rows past N (padding of the last tile) hold zeros.
+    """
 
     dims = 2
     dtype = "packed"
     requires_grad = False
 
     def __init__(self, q: np.ndarray, scale: np.ndarray, offset: np.ndarray, block: int) -> None:
+        """From row-major codes q (N, K) and scale / offset (N, K / block), as a GGUF file stores them."""
         if q.ndim != 2 or q.dtype != np.int8:
             raise MiniTorchError(f"packed codes must be a 2-d int8 array, got {q.dtype} of shape {q.shape}")
         n, k = q.shape
@@ -43,11 +55,33 @@ class PackedWeight:
         for label, arr in (("scale", scale), ("offset", offset)):
             if arr.shape != want or arr.dtype != np.float32:
                 raise MiniTorchError(f"packed {label} must be float32 of shape {want}, got {arr.dtype} {arr.shape}")
-        for label, arr in (("codes", q), ("scale", scale), ("offset", offset)):
+        self._set(_tile(q), _tile(scale), _tile(offset), block, n)
+
+    @classmethod
+    def from_tiles(cls, qt: np.ndarray, st: np.ndarray, ot: np.ndarray, block: int, n: int) -> "PackedWeight":
+        """From arrays already in the tiled layout (a cache on disk, a narrowed view); no copy."""
+        pw = cls.__new__(cls)
+        pw._set(qt, st, ot, block, n)
+        return pw
+
+    def _set(self, qt: np.ndarray, st: np.ndarray, ot: np.ndarray, block: int, n: int) -> None:
+        if qt.ndim != 3 or qt.dtype != np.int8 or qt.shape[2] != TILE:
+            raise MiniTorchError(f"packed tiles must be int8 (groups, K, {TILE}), got {qt.dtype} {qt.shape}")
+        groups, k, _ = qt.shape
+        block = int(block)
+        if block < 1 or k % block:
+            raise MiniTorchError(f"packed block {block} does not divide the {k} inputs")
+        if not (groups - 1) * TILE < n <= groups * TILE:
+            raise MiniTorchError(f"{groups} tiles of {TILE} rows cannot hold {n} rows")
+        for label, arr in (("scale", st), ("offset", ot)):
+            if arr.shape != (groups, k // block, TILE) or arr.dtype != np.float32:
+                raise MiniTorchError(f"packed {label} tiles must be float32 of shape {(groups, k // block, TILE)}, "
+                                     f"got {arr.dtype} {arr.shape}")
+        for label, arr in (("codes", qt), ("scale", st), ("offset", ot)):
             if not arr.flags.c_contiguous:
                 raise MiniTorchError(f"packed {label} must be C-contiguous")
-        self.q, self.scale, self.offset, self.block = q, scale, offset, int(block)
-        self.shape = (n, k)
+        self.qt, self.st, self.ot, self.block = qt, st, ot, block
+        self.shape = (int(n), k)
 
     @property
     def size(self) -> int:
@@ -55,12 +89,17 @@ class PackedWeight:
 
     @property
     def nbytes(self) -> int:
-        return self.q.nbytes + self.scale.nbytes + self.offset.nbytes
+        return self.qt.nbytes + self.st.nbytes + self.ot.nbytes
 
     def requires_grad_(self, flag: bool = True) -> "PackedWeight":
         if flag:
             raise MiniTorchError("packed weights are inference-only and cannot require grad")
         return self
+
+    def codes(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Row-major (q, scale, offset) of weight rows ids (1-d): (len, K) int8, (len, K / block) float32 x2."""
+        g, lane = ids // TILE, ids % TILE
+        return self.qt[g, :, lane], self.st[g, :, lane], self.ot[g, :, lane]
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """float32 rows ids (any int shape) -> ids.shape + (K,), same values as dequantize()[ids]."""
@@ -68,17 +107,22 @@ class PackedWeight:
         n, k = self.shape
         if ids.size and (ids.min() < 0 or ids.max() >= n):
             raise MiniTorchError(f"embedding ids must be in [0, {n}), got min {ids.min()} max {ids.max()}")
-        flat = ids.reshape(-1)
-        q = self.q[flat].reshape(len(flat), -1, self.block).astype(np.float32)
-        w = self.scale[flat][:, :, None] * q - self.offset[flat][:, :, None]
+        q, scale, offset = self.codes(ids.reshape(-1))
+        w = scale[:, :, None] * q.reshape(len(q), -1, self.block).astype(np.float32) - offset[:, :, None]
         return w.reshape(ids.shape + (k,)).astype(np.float32, copy=False)
 
     def narrow(self, dim: int, start: int, length: int) -> "PackedWeight":
-        """Rows start..start+length-1 sharing this weight's arrays (Tensor.narrow for dim 0; no copy)."""
+        """Rows start..start+length-1 (Tensor.narrow for dim 0); shares this weight's tiles when start is a
+        multiple of TILE (the model head's case), else copies those rows."""
         if dim != 0:
             raise MiniTorchError(f"a packed weight narrows along its rows (dim 0) only, got dim {dim}")
-        rows = slice(start, start + length)
-        return PackedWeight(self.q[rows], self.scale[rows], self.offset[rows], self.block)
+        n = self.shape[0]
+        if start < 0 or length < 1 or start + length > n:
+            raise MiniTorchError(f"narrow({start}, {length}) is outside the {n} rows of a packed weight")
+        if start % TILE:
+            return PackedWeight(*self.codes(np.arange(start, start + length)), block=self.block)
+        tiles = slice(start // TILE, -(-(start + length) // TILE))
+        return PackedWeight.from_tiles(self.qt[tiles], self.st[tiles], self.ot[tiles], self.block, length)
 
     def dequantize(self) -> np.ndarray:
         """The float32 (N, K) weight."""
@@ -95,10 +139,19 @@ class PackedWeight:
         scale = (np.abs(b).max(axis=2) / np.float32(127.0)).astype(np.float32)
         safe = np.where(scale == 0, np.float32(1.0), scale)
         q = np.clip(np.rint(b / safe[:, :, None]), -127, 127).astype(np.int8)
-        return cls(np.ascontiguousarray(q.reshape(w.shape)), scale, np.zeros_like(scale), block)
+        return cls(q.reshape(w.shape), scale, np.zeros_like(scale), block)
 
     def __repr__(self) -> str:
         return f"PackedWeight(shape={self.shape}, block={self.block}, {self.nbytes / 2**20:.1f} MiB)"
+
+
+def _tile(a: np.ndarray) -> np.ndarray:
+    """Row-major (N, C) -> tiled (ceil(N / TILE), C, TILE), rows past N zero."""
+    n, c = a.shape
+    groups = -(-n // TILE)
+    padded = np.zeros((groups * TILE, c), dtype=a.dtype)
+    padded[:n] = a
+    return np.ascontiguousarray(padded.reshape(groups, TILE, c).transpose(0, 2, 1))
 
 
 def packed_linear_reference(x: np.ndarray, w: PackedWeight, out: np.ndarray) -> None:

@@ -3,6 +3,7 @@ weights, same chat-templated GSM8K prompt, same number of new tokens.
 
     python project/bench_cpu_decode.py                      # both default models, 100 new tokens
     python project/bench_cpu_decode.py --model draft --tokens 32 --threads 1 --profile
+    python project/bench_cpu_decode.py --weights packed,float32 --skip-transformers   # our two weight forms
 
 Each measurement runs in its own subprocess so only one model is in memory at a time (the 1.5B
 target is about 6 GB in float32). Decode speed is the best of --repeats rounds (each a fresh cache,
@@ -10,8 +11,9 @@ same prompt, same tokens), which filters out other processes' load; the 1-minute
 printed with it. Numbers printed (fixed format, one line per run):
     ours/transformers  model  load_s  prompt  prefill_s  decode_tok/s  weight_GB/s  tok/cpu_s  loadavg
 weight_GB/s = bytes of weights read per decoded token (every linear + the vocabulary projection;
-the embedding is a row gather) x tokens/s: decode is memory-bandwidth bound, so this says how close
-each implementation is to the machine's copy bandwidth.
+the embedding is a row gather; as stored: int8 codes + block scales for packed, 4 bytes for float32)
+x tokens/s: float32 decode is memory-bandwidth bound, so this says how close each implementation is to
+the machine's copy bandwidth.
 """
 
 from __future__ import annotations
@@ -37,6 +39,17 @@ def gsm8k_prompt(data_file: Path, index: int) -> str:
             if i == index:
                 return json.loads(line)["question"]
     raise SystemExit(f"error: {data_file} has no line {index}")
+
+
+def stored_weight_bytes(model: Any) -> int:
+    """Bytes of our model's weights read per decoded token, as stored (packed or float32): every linear
+    weight of the layers + the vocabulary projection."""
+    from minitorch.packed import PackedWeight
+
+    head = model.model.embed_tokens.weight.value if model.lm_head is None else model.lm_head.weight.value
+    mats = [head] + [p.value for name, p in model.named_parameters()
+                     if ".layers." in name and name.endswith("proj.weight")]
+    return sum(w.nbytes if isinstance(w, PackedWeight) else 4 * w.size for w in mats)
 
 
 def weight_bytes(cfg: Any) -> int:
@@ -67,12 +80,12 @@ def best_decode(step: Any, prefill: Any, n_new: int, repeats: int) -> tuple[floa
     return best_p, best_d, best_c, tokens
 
 
-def run_ours(name: str, question: str, n_new: int, profile: bool, repeats: int) -> dict[str, Any]:
+def run_ours(name: str, question: str, n_new: int, profile: bool, repeats: int, weights: str) -> dict[str, Any]:
     import minitorch
     from minitorch.models import load_model
 
     t0 = time.perf_counter()
-    model, tok = load_model(name, progress=False)
+    model, tok = load_model(name, progress=False, weights=weights)
     load_s = time.perf_counter() - t0
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": question}]))
 
@@ -98,8 +111,9 @@ def run_ours(name: str, question: str, n_new: int, profile: bool, repeats: int) 
 
             prof.disable()
             pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(12)
-    return {"impl": "ours", "load_s": load_s, "prompt_len": len(ids), "prefill_s": prefill_s, "decode_s": decode_s,
-            "cpu_s": cpu_s, "tokens": out, "weight_bytes": weight_bytes(model.config), "loadavg": os.getloadavg()[0]}
+    return {"impl": f"ours-{weights}", "load_s": load_s, "prompt_len": len(ids), "prefill_s": prefill_s,
+            "decode_s": decode_s, "cpu_s": cpu_s, "tokens": out, "weight_bytes": stored_weight_bytes(model),
+            "loadavg": os.getloadavg()[0]}
 
 
 def run_transformers(name: str, question: str, n_new: int, repeats: int) -> dict[str, Any]:
@@ -139,8 +153,8 @@ def run_transformers(name: str, question: str, n_new: int, repeats: int) -> dict
 def worker(args: argparse.Namespace) -> int:
     question = gsm8k_prompt(Path(args.data_file), args.prompt_index)
     name = MODELS[args.model]
-    if args.impl == "ours":
-        res = run_ours(name, question, args.tokens, args.profile, args.repeats)
+    if args.impl.startswith("ours-"):
+        res = run_ours(name, question, args.tokens, args.profile, args.repeats, args.impl[len("ours-"):])
     else:
         res = run_transformers(name, question, args.tokens, args.repeats)
     print("RESULT " + json.dumps(res), flush=True)
@@ -157,8 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="BLAS/numba/torch threads for both sides (0: library default)")
     p.add_argument("--skip-transformers", action="store_true", help="only measure MiniTorch")
     p.add_argument("--profile", action="store_true", help="cProfile our decode loop (top functions to stderr)")
-    p.add_argument("--impl", choices=["ours", "transformers"], help=argparse.SUPPRESS)
+    p.add_argument("--weights", default="packed,float32",
+                   help="comma-separated weight forms of ours to run: packed, float32 (default both, in one run)")
+    p.add_argument("--impl", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    forms = [w for w in args.weights.split(",") if w]
+    if not forms or any(w not in ("packed", "float32") for w in forms):
+        print(f"error: --weights takes packed and/or float32, got {args.weights!r}", file=sys.stderr)
+        return 2
     if args.tokens <= 0 or args.repeats <= 0:
         print("error: --tokens and --repeats must be positive", file=sys.stderr)
         return 2
@@ -174,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
             env[k] = str(args.threads)
     models = ["draft", "target"] if args.model == "both" else [args.model]
-    impls = ["ours"] + ([] if args.skip_transformers else ["transformers"])
+    impls = [f"ours-{w}" for w in forms] + ([] if args.skip_transformers else ["transformers"])
     print(f"threads: {args.threads or 'library default'}; {args.tokens} new tokens; best of {args.repeats} rounds")
     print(f"{'impl':<13} {'model':<7} {'load_s':>7} {'prompt':>6} {'prefill_s':>9} {'decode_tok/s':>12} {'weight_GB/s':>11} {'tok/cpu_s':>9} {'loadavg':>7}")
     for m in models:
@@ -193,13 +213,15 @@ def main(argv: list[str] | None = None) -> int:
             tps = args.tokens / r["decode_s"]
             print(f"{impl:<13} {m:<7} {r['load_s']:7.1f} {r['prompt_len']:6d} {r['prefill_s']:9.2f} {tps:12.2f} "
                   f"{r['weight_bytes'] * tps / 1e9:11.1f} {args.tokens / r['cpu_s']:9.2f} {r['loadavg']:7.1f}", flush=True)
-        if "transformers" in results:
-            a, b = results["ours"]["tokens"], results["transformers"]["tokens"]
-            same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
-            ratio = results["transformers"]["decode_s"] / results["ours"]["decode_s"]
-            cpu_ratio = results["transformers"]["cpu_s"] / results["ours"]["cpu_s"]
-            print(f"{m}: speed ours/transformers {ratio:.2f}x wall, {cpu_ratio:.2f}x per CPU second; "
-                  f"greedy tokens identical for the first {same} of {len(a)}")
+        names = list(results)
+        for i, x in enumerate(names):  # every pair, in the order run
+            for y in names[i + 1:]:
+                a, b = results[x]["tokens"], results[y]["tokens"]
+                same = next((j for j, (u, v) in enumerate(zip(a, b)) if u != v), len(a))
+                ratio = results[y]["decode_s"] / results[x]["decode_s"]
+                cpu_ratio = results[y]["cpu_s"] / results[x]["cpu_s"]
+                print(f"{m}: speed {x}/{y} {ratio:.2f}x wall, {cpu_ratio:.2f}x per CPU second; "
+                      f"greedy tokens identical for the first {same} of {len(a)}")
         print(f"{m}: DESIGN.md transformers baseline {BASELINE[m]} tok/s")
     return 0
 

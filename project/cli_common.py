@@ -45,9 +45,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="where the models run: cpu (numba) or cuda (our kernels; needs a GPU and CuPy)")
     g.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                    help="weight/activation dtype (bfloat16 on cuda only; default float32)")
-    g.add_argument("--weights", choices=("float32", "packed"), default="float32",
-                   help="float32: GGUF tensors expanded to float32 (default, fastest here); packed: kept as the "
-                        "file's int8 codes + block scales, same values in ~1/3 of the memory (cpu only)")
+    g.add_argument("--weights", choices=("auto", "packed", "float32"), default="auto",
+                   help="packed: a GGUF's tensors kept as the file's int8 codes + block scales (same values, ~1/3 "
+                        "of the memory, faster on the cpu); float32: expanded to float32; auto (default): packed "
+                        "for GGUF files on the cpu, else float32")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -130,7 +131,7 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
 
     backend = get_backend(args.backend)
     t0 = time.perf_counter()
-    weights = getattr(args, "weights", "float32")
+    weights = getattr(args, "weights", "auto")
     target, tok = load_model(args.target, backend=backend, dtype=args.dtype, progress=progress, weights=weights)
     draft = None
     vocab = min(int(target.config.vocab_size), int(tok.vocab_size))

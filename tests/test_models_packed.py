@@ -41,7 +41,7 @@ def test_packed_form_rebuilds_gguf_dequantization_bit_for_bit(qtype: str) -> Non
     raw = random_blocks(qtype, n, k, seed=len(qtype) + ord(qtype[1]))
     want = gguf.quants.dequantize(raw, GGMLQuantizationType[qtype]).reshape(n, k)
     pw = pack_raw(qtype, raw, (n, k))
-    assert pw.q.dtype == np.int8 and pw.block in (16, 32)
+    assert pw.qt.dtype == np.int8 and pw.block in (16, 32)
     assert np.array_equal(pw.dequantize(), want), f"{qtype}: packed values differ from gguf's dequantization"
     assert np.array_equal(pw.rows(np.array([[4, 0]])), want[[4, 0]][None])  # embedding rows
 
@@ -71,6 +71,35 @@ def test_fast_kernel_rows_do_not_depend_on_row_count() -> None:
             assert np.array_equal(one[0], many[t]), f"row {t}"
 
 
+@pytest.mark.parametrize("n, k, block", [(300, 96, 32), (129, 40, 5), (256, 48, 16), (3, 18, 9)])
+@pytest.mark.parametrize("rows", [1, 3, 17])
+def test_kernel_over_tiles_and_odd_blocks(n: int, k: int, block: int, rows: int) -> None:
+    """Several tiles with a partial last one, and odd block lengths (the kernel's single-input tail)."""
+    rng = np.random.default_rng(n + rows)
+    pw = PackedWeight.quantize(rng.standard_normal((n, k)).astype(np.float32), block=block)
+    pw = PackedWeight(*pw.codes(np.arange(n)), block=block)  # round trip through the row-major form
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    ref = x.astype(np.float64) @ pw.dequantize().T.astype(np.float64)
+    with minitorch.no_grad():
+        y = nn.linear(minitorch.from_numpy(x, backend=FastBackend), pw).to_numpy()
+    np.testing.assert_allclose(y, ref, rtol=0, atol=1e-5 * np.abs(x).max() * np.abs(pw.dequantize()).sum(1).max())
+
+
+def test_packed_narrow_shares_tiles_or_copies() -> None:
+    from minitorch.packed import TILE
+
+    w = np.random.default_rng(0).standard_normal((TILE * 2 + 9, 64)).astype(np.float32)
+    pw = PackedWeight.quantize(w)
+    full = pw.dequantize()
+    for start, length in ((0, 40), (TILE, TILE + 9), (3, 200), (TILE * 2, 9)):
+        part = pw.narrow(0, start, length)
+        assert part.shape == (length, 64)
+        assert np.array_equal(part.dequantize(), full[start:start + length]), (start, length)
+        assert np.shares_memory(part.qt, pw.qt) == (start % TILE == 0)
+    with pytest.raises(minitorch.MiniTorchError, match="outside"):
+        pw.narrow(0, 200, 100)
+
+
 def test_packed_weight_errors() -> None:
     w = np.ones((4, 64), np.float32)
     pw = PackedWeight.quantize(w)
@@ -84,6 +113,10 @@ def test_packed_weight_errors() -> None:
         PackedWeight(np.zeros((2, 48), np.int8), np.zeros((2, 1), np.float32), np.zeros((2, 1), np.float32), 32)
     with pytest.raises(minitorch.MiniTorchError, match="embedding ids"):
         pw.rows(np.array([4]))
+    with pytest.raises(minitorch.MiniTorchError, match="cannot hold"):
+        PackedWeight.from_tiles(pw.qt, pw.st, pw.ot, pw.block, 200)
+    with pytest.raises(minitorch.MiniTorchError, match="tiles must be int8"):
+        PackedWeight.from_tiles(pw.qt[:, :, :8], pw.st, pw.ot, pw.block, 4)
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +144,7 @@ def test_packed_model_equals_float32_model(gguf_pair: Path, tmp_path: Path) -> N
     dense, _ = load_model(str(gguf_pair), progress=False, weights="float32", cache_dir=tmp_path)
     default, _ = load_model(str(gguf_pair), progress=False, cache_dir=tmp_path)
     assert isinstance(packed.model.layers[0].mlp.down_proj.weight.value, PackedWeight)
-    assert not isinstance(default.model.layers[1].self_attn.q_proj.weight.value, PackedWeight)  # float32 default
+    assert isinstance(default.model.layers[1].self_attn.q_proj.weight.value, PackedWeight)  # auto: packed here
     assert not isinstance(dense.model.layers[0].mlp.down_proj.weight.value, PackedWeight)
     ids = np.random.default_rng(0).integers(0, 400, size=9).tolist()
     with minitorch.no_grad():
@@ -129,6 +162,19 @@ def test_packed_model_equals_float32_model(gguf_pair: Path, tmp_path: Path) -> N
     assert np.array_equal(verify, np.stack(steps)), "a packed verify pass differs from the decode steps"
 
 
+def test_packed_load_needs_no_float32_cache(gguf_pair: Path, tmp_path: Path) -> None:
+    """The packed cache folder is self-contained (tiles, small float tensors, config, tokenizer): loading
+    packed writes no dequantized float32 copy, and a second load reuses the folder."""
+    model, tok = load_model(str(gguf_pair), progress=False, weights="packed", cache_dir=tmp_path)
+    assert not (tmp_path / "dequant").exists()
+    [folder] = (tmp_path / "packed").iterdir()
+    stamp = (folder / "packed.json").stat().st_mtime_ns
+    again, tok2 = load_model(str(gguf_pair), progress=False, weights="packed", cache_dir=tmp_path)
+    assert (folder / "packed.json").stat().st_mtime_ns == stamp
+    assert tok.encode("hello") == tok2.encode("hello")
+    assert isinstance(again.model.norm.weight.value, minitorch.Tensor)
+
+
 def test_packed_load_errors(gguf_pair: Path, tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="weights must be"):
         load_model(str(gguf_pair), progress=False, weights="int4", cache_dir=tmp_path)
@@ -138,6 +184,16 @@ def test_packed_load_errors(gguf_pair: Path, tmp_path: Path) -> None:
 
     with pytest.raises(ModelLoadError, match="no packed kernel"):
         load_model(str(gguf_pair), backend=NoPacked, progress=False, weights="packed", cache_dir=tmp_path)
+
+
+def test_auto_weights_are_float32_without_a_packed_kernel(gguf_pair: Path, tmp_path: Path) -> None:
+    import copy
+
+    backend = copy.copy(FastBackend)
+    backend.packed_linear = None  # as on CUDA
+    model, _ = load_model(str(gguf_pair), backend=backend, progress=False, cache_dir=tmp_path)
+    assert not isinstance(model.model.layers[0].mlp.down_proj.weight.value, PackedWeight)
+    assert not (tmp_path / "packed").exists()
 
 
 def test_kernel_rebuilds_the_float32_weights_exactly() -> None:

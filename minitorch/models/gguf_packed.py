@@ -25,10 +25,11 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from ..packed import PackedWeight
+from ..tensor_data import MiniTorchError
 from .errors import ModelLoadError
 
 PACKED_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
-PACKED_FORMAT = 1  # bump when the cached layout changes
+PACKED_FORMAT = 2  # bump when the cached layout changes (2: tiled codes, self-contained folder)
 
 _ONE_F16 = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)  # fp16 1.0 as its two bytes
 _ZERO_F16 = np.zeros(2, dtype=np.uint8)
@@ -100,42 +101,65 @@ def pack_tensor(tensor: Any, path: Union[str, Path] = "") -> Optional[PackedWeig
 
 
 def build_packed_cache(path: Union[str, Path], out_dir: Path, progress: bool = True) -> None:
-    """Pack every packable weight of GGUF `path` into out_dir ({name}.q/.scale/.offset.npy + packed.json),
-    written to a temporary sibling and renamed, so an interrupted run leaves nothing half-built."""
+    """Everything a packed model needs from GGUF `path`, in out_dir: the packable weights as tiles
+    ({name}.q/.scale/.offset.npy + packed.json), the other tensors (norms, biases, float tensors) as
+    float32 weights/{name}.npy, config.json and the tokenizer files. No float32 copy of the big weights.
+    Written to a temporary sibling and renamed, so an interrupted run leaves nothing half-built."""
     from tqdm import tqdm
 
-    from .gguf_io import building_folder, gguf_to_hf_name, open_gguf
+    from .gguf_io import (_check_complete, building_folder, config_from_gguf, dequantize_tensor,
+                          gguf_to_hf_name, open_gguf)
+    from .tokenizer import tokenizer_files_from_gguf
 
     reader = open_gguf(path)
+    config = config_from_gguf(reader, path)
     with building_folder(out_dir, "packed.json") as tmp:
-        manifest = {}
+        (tmp / "weights").mkdir()
+        manifest, seen = {}, set()
         for t in tqdm(reader.tensors, desc=f"packing {Path(path).name}", disable=not progress, leave=False):
             name = gguf_to_hf_name(t.name)
-            pw = pack_tensor(t, path) if name is not None else None
+            if name is None:
+                continue  # e.g. rope_freqs: not used by Qwen2
+            seen.add(name)
+            pw = pack_tensor(t, path)
             if pw is None:
+                np.save(tmp / "weights" / f"{name}.npy", dequantize_tensor(t, path))
                 continue
-            for part, arr in (("q", pw.q), ("scale", pw.scale), ("offset", pw.offset)):
+            for part, arr in (("q", pw.qt), ("scale", pw.st), ("offset", pw.ot)):  # tiled (packed.py)
                 np.save(tmp / f"{name}.{part}.npy", arr)
-            manifest[name] = {"block": pw.block, "type": t.tensor_type.name}
+            manifest[name] = {"block": pw.block, "rows": pw.shape[0], "type": t.tensor_type.name}
+        _check_complete(seen, config, path)
+        (tmp / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+        tokenizer_files_from_gguf(reader, tmp)
         (tmp / "packed.json").write_text(json.dumps({"format": PACKED_FORMAT, "tensors": manifest}, indent=1))
         del reader
 
 
 def load_packed(path: Union[str, Path], cache_dir: Optional[Union[str, Path]] = None,
-                progress: bool = True) -> dict[str, PackedWeight]:
-    """{hf_name: PackedWeight (memory-mapped)} for the packable weights of GGUF `path` (built once, cached)."""
-    from .gguf_io import cache_key
+                progress: bool = True) -> tuple[Any, dict[str, Any], Path]:
+    """(config, {hf_name: PackedWeight or float32 array, memory-mapped}, folder with tokenizer files) for
+    GGUF `path`, built once into the cache (build_packed_cache), like gguf_io.load_gguf_weights."""
+    from .config import Qwen2Config
+    from .gguf_io import _check_complete, _first_line, cache_key
     from .registry import cache_root
 
     out_dir = cache_root(cache_dir) / "packed" / f"{cache_key(path)}-p{PACKED_FORMAT}"
     if not (out_dir / "packed.json").is_file():
         build_packed_cache(path, out_dir, progress)
+    config = Qwen2Config.from_json(out_dir / "config.json")
     manifest = json.loads((out_dir / "packed.json").read_text())["tensors"]
-    weights = {}
+    weights: dict[str, Any] = {}
     for name, info in manifest.items():
         try:
             parts = [np.asarray(np.load(out_dir / f"{name}.{p}.npy", mmap_mode="r")) for p in ("q", "scale", "offset")]
-            weights[name] = PackedWeight(*parts, block=int(info["block"]))
+            weights[name] = PackedWeight.from_tiles(*parts, block=int(info["block"]), n=int(info["rows"]))
+        except (ValueError, OSError, KeyError, MiniTorchError) as e:
+            raise ModelLoadError(f"corrupt packed weight {name} in {out_dir} ({_first_line(e)}); "
+                                 "delete the folder and reload") from None
+    for f in sorted((out_dir / "weights").glob("*.npy")):
+        try:
+            weights[f.name[: -len(".npy")]] = np.load(f, mmap_mode="r")
         except (ValueError, OSError) as e:
-            raise ModelLoadError(f"corrupt packed weight {name} in {out_dir} ({e}); delete the folder and reload") from None
-    return weights
+            raise ModelLoadError(f"corrupt cached weight {f} ({_first_line(e)}); delete {out_dir} and reload") from None
+    _check_complete(set(weights), config, out_dir)
+    return config, weights, out_dir

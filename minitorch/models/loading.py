@@ -21,7 +21,7 @@ def load_model(
     dtype: str = "float32",
     progress: bool = True,
     cache_dir: Optional[Union[str, Path]] = None,
-    weights: str = "float32",
+    weights: str = "auto",
 ) -> tuple[Qwen2ForCausalLM, Tokenizer]:
     """Load a Qwen2-architecture model and its tokenizer.
 
@@ -30,12 +30,14 @@ def load_model(
     dequantized once into the cache folder; later loads memory-map the cached float32 arrays.
     `backend` defaults to FastBackend. Errors for users are ModelLoadError naming the file.
 
-    `weights`: "float32" (default) uses the dequantized float32 arrays; "packed" keeps a GGUF's quantized
-    tensors in their stored form (int8 codes + per-block scales, minitorch/packed.py): the same values in
-    about a third of the memory, on the CPU backends only.
+    `weights`: "packed" keeps a GGUF's quantized tensors in their stored form (int8 codes + per-block
+    scales, minitorch/packed.py): the same values in about a third of the memory, read by a faster kernel,
+    on the CPU backends only; "float32" uses the dequantized float32 arrays (the only form for safetensors
+    folders and the CUDA backend); "auto" (default) picks packed for a GGUF file on a backend with a packed
+    kernel, else float32.
     """
-    if weights not in ("packed", "float32"):
-        raise ModelLoadError(f"weights must be 'packed' or 'float32', got {weights!r}")
+    if weights not in ("auto", "packed", "float32"):
+        raise ModelLoadError(f"weights must be 'auto', 'packed' or 'float32', got {weights!r}")
     if backend is None:
         from .. import FastBackend
 
@@ -50,15 +52,18 @@ def load_model(
         arrays = load_safetensors_folder(path)
         tok = Tokenizer.from_folder(path)
     elif _is_gguf(path):
-        config, arrays, tok_dir = load_gguf_weights(path, cache_dir, progress)
-        tok = Tokenizer.from_folder(tok_dir)
-        tok.source = str(path)
-        if weights == "packed" and getattr(backend, "packed_linear", None) is None:
-            raise ModelLoadError(f"{getattr(backend, 'name', backend)} has no packed kernel; use weights='float32'")
+        if weights == "auto":
+            weights = "packed" if getattr(backend, "packed_linear", None) is not None else "float32"
         if weights == "packed":
+            if getattr(backend, "packed_linear", None) is None:
+                raise ModelLoadError(f"{getattr(backend, 'name', backend)} has no packed kernel; use weights='float32'")
             from .gguf_packed import load_packed
 
-            arrays = {**arrays, **load_packed(path, cache_dir, progress)}
+            config, arrays, tok_dir = load_packed(path, cache_dir, progress)
+        else:
+            config, arrays, tok_dir = load_gguf_weights(path, cache_dir, progress)
+        tok = Tokenizer.from_folder(tok_dir)
+        tok.source = str(path)
     else:
         raise ModelLoadError(f"{path} is neither a model folder nor a GGUF file")
     if tok.vocab_size > config.vocab_size:
