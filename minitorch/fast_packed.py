@@ -31,7 +31,7 @@ from .packed import TILE
 
 # up to this many activation rows use the row kernel (decode, verify of gamma <= 15); more use BLAS chunks
 MAX_ROWS = 16
-CHUNK_TILES = 8  # tiles (of TILE weight rows) rebuilt per BLAS call on the prefill path
+CHUNK_TILES = 4  # tiles (of TILE weight rows) rebuilt per BLAS call on the prefill path (L2-sized)
 _FM = {"reassoc", "contract"}  # only for the per-block sums of x (a few hundred additions per call)
 
 
