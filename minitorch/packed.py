@@ -7,11 +7,14 @@ GGUF type we read (Q4_0/1, Q5_0/1, Q8_0, Q4_K, Q5_K, Q6_K) fits this form, and b
 the difference are rounded separately, exactly as the gguf library's dequantizers compute them, the
 float32 weights rebuilt here are bit for bit the weights of the float32 model (tests check it).
 
-A packed model reads 1 + 8/block bytes per weight instead of float32's 4 and holds a third of the memory
-(the two default models' cached arrays: 3.0 GB instead of 9.1 GB). The weights are the model's own, not a new
-quantization: outputs differ from the float32 path only by summation order. On the 2-core box it is not
-faster yet: rebuilding each weight row costs more compute than the memory it saves (1.5B decode step
-~300 ms packed vs ~210 ms float32, 2026-11-30), so float32 stays the default.
+A packed model reads 1 + 8/block bytes per weight instead of float32's 4 and holds a third of the memory.
+The weights are the model's own, not a new quantization: outputs differ from the float32 path only by
+summation order. Stored in tiles of TILE interleaved rows (below), fast_packed's kernel converts and
+multiplies 8-16 adjacent outputs per vector instruction with no horizontal sums, which makes packed the
+faster form on the CPU (it reads a third of the bytes and is no longer compute-bound): 1.5B
+target decode 5.32 vs 3.47 tokens/s float32, same greedy tokens (`python project/bench_cpu_decode.py
+--tokens 48 --repeats 2`, 2-core box, 2026-11-30 11:25 UTC). `load_model(weights="auto")`, the default,
+picks it for GGUF files on backends with a packed kernel.
 
 Inference only: a packed weight has no gradient. `nn.linear` and `nn.embedding` accept one in place of
 a weight tensor; backends run it through their `packed_linear` slot (FastOps: fast_packed's numba
