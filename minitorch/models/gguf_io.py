@@ -253,11 +253,17 @@ def load_gguf_weights(
     if not (out_dir / "config.json").is_file():
         build_dequant_cache(path, out_dir, progress)
     config = Qwen2Config.from_json(out_dir / "config.json")
+    weights = load_cached_arrays(out_dir)
+    _check_complete(set(weights), config, out_dir)
+    return config, weights, out_dir
+
+
+def load_cached_arrays(out_dir: Path) -> dict[str, np.ndarray]:
+    """{name: memory-mapped array} for out_dir/weights/{name}.npy (a dequantized or a packed cache)."""
     weights = {}
     for f in sorted((out_dir / "weights").glob("*.npy")):
         try:
             weights[f.name[: -len(".npy")]] = np.load(f, mmap_mode="r")
         except (ValueError, OSError) as e:
             raise ModelLoadError(f"corrupt cached weight {f} ({_first_line(e)}); delete {out_dir} and reload") from None
-    _check_complete(set(weights), config, out_dir)
-    return config, weights, out_dir
+    return weights

@@ -140,7 +140,7 @@ def load_packed(path: Union[str, Path], cache_dir: Optional[Union[str, Path]] = 
     """(config, {hf_name: PackedWeight or float32 array, memory-mapped}, folder with tokenizer files) for
     GGUF `path`, built once into the cache (build_packed_cache), like gguf_io.load_gguf_weights."""
     from .config import Qwen2Config
-    from .gguf_io import _check_complete, _first_line, cache_key
+    from .gguf_io import _check_complete, _first_line, cache_key, load_cached_arrays
     from .registry import cache_root
 
     out_dir = cache_root(cache_dir) / "packed" / f"{cache_key(path)}-p{PACKED_FORMAT}"
@@ -156,10 +156,6 @@ def load_packed(path: Union[str, Path], cache_dir: Optional[Union[str, Path]] = 
         except (ValueError, OSError, KeyError, MiniTorchError) as e:
             raise ModelLoadError(f"corrupt packed weight {name} in {out_dir} ({_first_line(e)}); "
                                  "delete the folder and reload") from None
-    for f in sorted((out_dir / "weights").glob("*.npy")):
-        try:
-            weights[f.name[: -len(".npy")]] = np.load(f, mmap_mode="r")
-        except (ValueError, OSError) as e:
-            raise ModelLoadError(f"corrupt cached weight {f} ({_first_line(e)}); delete {out_dir} and reload") from None
+    weights.update(load_cached_arrays(out_dir))  # the tensors kept as float32 (norms, biases)
     _check_complete(set(weights), config, out_dir)
     return config, weights, out_dir
