@@ -8,8 +8,15 @@
 //   16-byte loads of a chunk issued together when rows are 16-byte aligned); each row keeps
 //   an online softmax (running max m, sum l) and an unnormalised fp32 accumulator, written to the
 //   workspace (ws_m, ws_l: rows x nsplit; ws_acc: rows x nsplit x D; rows = B*Hq*T).
+//   The first chunk's K/V loads are issued with q and the cache position (they do not depend on it;
+//   keys past the last visible one are zeroed afterwards), and the kernel triggers its dependent
+//   launch at once (PDL), when built with -DATT_EARLY_KV=1 / -DATT_TRIGGER_EARLY=1 (default off).
 // attn_combine_*: grid (B*Hq*T), blockDim >= D (multiple of 32): merges the splits and writes out
 //   (each thread one d; 16 splits per round trip to memory, no barriers).
+// attn_cluster_* (sm_90, short contexts): attn_partial and attn_combine in one kernel. Same grid as
+//   attn_partial, launched as clusters of (nsplit, 1, 1) blocks (nsplit <= 16; > 8 needs the
+//   non-portable cluster size allowed): the splits of a head group merge through distributed shared
+//   memory (attn_cluster_merge), bit for bit what attn_combine writes; no workspace.
 // Positions: query t sits at q_start + t, q_start = (*pos_ptr if pos_ptr else 0) + q_off, and sees
 //   keys 0 .. min(q_start + t, L - 1). With pos_ptr (a device int32) a captured CUDA graph replays
 //   at the current cache length; blocks past the last visible key write an empty split.
@@ -58,12 +65,140 @@ __device__ __forceinline__ float tile_dot(const float* q, const bf16_t* k, int D
 }
 
 #define ATT_VMAX 8  // 16-byte chunks per thread per tile held in registers (vector path)
+// Off by default: with both on, the 1.5B decode step was 2% slower on the H200 (kernels/NOTES.md, round 3)
+#ifndef ATT_EARLY_KV
+#define ATT_EARLY_KV 0  // issue the first chunk's K/V loads with q and the cache position (one round trip)
+#endif
+#ifndef ATT_TRIGGER_EARLY
+#define ATT_TRIGGER_EARLY 0  // attn_partial lets attn_combine (and through it the O projection) launch at once
+#endif
 
+// Vector path: the 16-byte chunks of keys c0 .. c0 + nk - 1 that this thread loads (chunk e = tid +
+// u * ATT_THREADS -> key j = e / cpr, piece c = e % cpr), all issued before any is used; zeros past nk.
+__device__ __forceinline__ void load_kv_chunk(uint4 (&kreg)[ATT_VMAX], uint4 (&vreg)[ATT_VMAX], const void* kbase,
+                                              const void* vbase, i64 kslb, i64 vslb, int c0, int nk, int cpr,
+                                              int per) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int u = 0; u < ATT_VMAX; ++u) {
+    int e = tid + u * ATT_THREADS, j = e / cpr, c = e - j * cpr;
+    bool ok = u < per && j < nk;
+    kreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(kbase) + (c0 + j) * kslb) + c)
+                 : make_uint4(0, 0, 0, 0);
+    vreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(vbase) + (c0 + j) * vslb) + c)
+                 : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// One chunk of ATT_CH key (or value) rows into the shared tile (row stride rowb bytes): from the
+// registers of load_kv_chunk (vector path) or straight from memory (scalar path, zeros past nk).
 template <typename T>
+__device__ __forceinline__ void fill_tile(unsigned char* tile, int rowb, bool vec, const uint4 (&reg)[ATT_VMAX],
+                                          int per, int cpr, const T* base, i64 sl, int c0, int nk, int D) {
+  const int tid = threadIdx.x;
+  if (vec) {
+#pragma unroll
+    for (int u = 0; u < ATT_VMAX; ++u) {
+      int e = tid + u * ATT_THREADS, j = e / cpr, c = e - j * cpr;
+      if (u < per && j < ATT_CH) *reinterpret_cast<uint4*>(tile + j * rowb + c * 16) = reg[u];
+    }
+  } else {
+    for (int i = tid; i < ATT_CH * D; i += ATT_THREADS) {
+      int j = i / D, d = i - j * D;
+      reinterpret_cast<T*>(tile + j * rowb)[d] = j < nk ? base[(i64)(c0 + j) * sl + d] : from_f<T>(0.f);
+    }
+  }
+}
+
+// Merge up to ATT_CG splits (each: running max m, sum l, unnormalised accumulator a of one output
+// element) into the running (M, den, num), in split order; an online rescale carries the running max
+// across calls. attn_combine and the cluster kernel both merge with this, so they agree bit for bit.
+__device__ __forceinline__ void merge_splits(const float (&mv)[ATT_CG], const float (&lv)[ATT_CG],
+                                             const float (&av)[ATT_CG], float& M, float& den, float& num) {
+  float gm = M;
+#pragma unroll
+  for (int u = 0; u < ATT_CG; ++u) gm = fmaxf(gm, mv[u]);
+  if (gm == -MT_INF) return;  // nothing visible yet
+  const float sc = (M == -MT_INF) ? 0.f : __expf(M - gm);
+  den *= sc;
+  num *= sc;
+#pragma unroll
+  for (int u = 0; u < ATT_CG; ++u) {
+    const float w = (mv[u] == -MT_INF) ? 0.f : __expf(mv[u] - gm);
+    den = fmaf(w, lv[u], den);
+    num = fmaf(w, av[u], num);
+  }
+  M = gm;
+}
+
+// Thread-block clusters (sm_90): the blocks of one cluster read each other's shared memory.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ float ld_cluster(const float* p, int rank) {  // *p in block `rank`'s shared memory
+  float v = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned int local = (unsigned int)__cvta_generic_to_shared(p), remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote));
+#endif
+  return v;
+}
+
+// attn_cluster_*: the nsplit blocks of one head group form a cluster (nsplit <= 16). Each block leaves
+// its split (m, l in s_m / s_l, the accumulator rows in the tile) in shared memory; after a cluster
+// barrier block `split` merges rows split, split + nsplit, ... from every block in split order (the
+// same merge_splits as attn_combine: identical bits) and writes them; a second barrier keeps every
+// block's shared memory alive until all have read it. No workspace, no second kernel.
+template <typename T>
+__device__ void attn_cluster_merge(const float (&acc)[ATT_RMAX][2], unsigned char* tile_raw, const float* s_m,
+                                   const float* s_l, T* out, i64 osb, i64 osh, i64 ost, int b, int kvh, int G,
+                                   int Tq, int r0, int nrows, int D, int split, int nsplit) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int tid = threadIdx.x;
+  float* acc_s = reinterpret_cast<float*>(tile_raw);  // [ATT_RMAX][D] (the tile is free after the loop)
+#pragma unroll
+  for (int r = 0; r < ATT_RMAX; ++r)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      int d = tid + k * ATT_THREADS;
+      if (d < D) acc_s[r * D + d] = acc[r][k];
+    }
+  cluster_sync();
+  for (int r = split; r < nrows; r += nsplit) {
+    const int rr = r0 + r, h = kvh * G + rr / Tq, t = rr % Tq;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int d = tid + k * ATT_THREADS;
+      float M = -MT_INF, den = 0.f, num = 0.f;
+      for (int s0 = 0; s0 < nsplit; s0 += ATT_CG) {
+        float mv[ATT_CG], lv[ATT_CG], av[ATT_CG];
+#pragma unroll
+        for (int u = 0; u < ATT_CG; ++u) {
+          const int s = s0 + u;
+          const bool ok = s < nsplit;
+          mv[u] = ok ? ld_cluster(s_m + r, s) : -MT_INF;
+          lv[u] = ok ? ld_cluster(s_l + r, s) : 0.f;
+          av[u] = ok && d < D ? ld_cluster(acc_s + r * D + d, s) : 0.f;
+        }
+        merge_splits(mv, lv, av, M, den, num);
+      }
+      if (d < D) out[b * osb + h * osh + t * ost + d] = from_f<T>(den > 0.f ? num / den : 0.f);
+    }
+  }
+  cluster_sync();
+#else
+  __trap();  // launched only on compute capability >= 9.0 (the host checks)
+#endif
+}
+
+template <typename T, bool CLUSTER>
 __device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* ws_m, float* ws_l, float* ws_acc,
                                   const int* pos_ptr, int q_off, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh,
                                   i64 ksl, i64 vsb, i64 vsh, i64 vsl, int Hq, int Hkv, int Tq, int D, int L,
-                                  int KB, float scale) {
+                                  int KB, float scale, T* out, i64 osb, i64 osh, i64 ost) {
   __shared__ __align__(16) float qs[ATT_RMAX * ATT_DMAX];
   __shared__ __align__(16) unsigned char tile_raw[ATT_CH * (ATT_DMAX * 4 + 16)];
   __shared__ float sc[ATT_RMAX * ATT_CH];
@@ -86,12 +221,8 @@ __device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* w
       qv[u] = to_f(q[b * qsb + h * qsh + t * qst + d]) * scale;
     }
   }
-  const int q_start = (pos_ptr ? *pos_ptr : 0) + q_off;
   const int rowb = D * (int)sizeof(T) + 16;  // tile row stride in bytes: 16-byte aligned, bank-skewed
-  int kmax = 0;  // one past the last key any row of this block sees
-  for (int r = 0; r < nrows; ++r) kmax = max(kmax, min(q_start + ((r0 + r) % Tq), L - 1) + 1);
   const int kstart = split * KB;
-  const int kend = min(kstart + KB, kmax);
   const T* kbase = kc + b * ksb + kvh * ksh;
   const T* vbase = vc + b * vsb + kvh * vsh;
   // vector path: 16-byte rows in global memory and few enough chunks to hold a tile in registers
@@ -100,6 +231,15 @@ __device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* w
   const bool vec = ((D * (int)sizeof(T)) & 15) == 0 && ((ksl * (i64)sizeof(T)) & 15) == 0 &&
                    ((vsl * (i64)sizeof(T)) & 15) == 0 && (((size_t)kbase) & 15) == 0 &&
                    (((size_t)vbase) & 15) == 0 && per <= ATT_VMAX;
+  const i64 kslb = ksl * (i64)sizeof(T), vslb = vsl * (i64)sizeof(T);
+  uint4 kreg[ATT_VMAX], vreg[ATT_VMAX];
+  // the first chunk's keys exist in the cache whatever the position (they are masked below): their
+  // loads need not wait for it
+  if (ATT_EARLY_KV && vec) load_kv_chunk(kreg, vreg, kbase, vbase, kslb, vslb, kstart, min(ATT_CH, L - kstart), cpr, per);
+  const int q_start = (pos_ptr ? *pos_ptr : 0) + q_off;
+  int kmax = 0;  // one past the last key any row of this block sees
+  for (int r = 0; r < nrows; ++r) kmax = max(kmax, min(q_start + ((r0 + r) % Tq), L - 1) + 1);
+  const int kend = min(kstart + KB, kmax);
 
 #pragma unroll
   for (int u = 0; u < ATT_RMAX * ATT_DMAX / ATT_THREADS; ++u) {  // query rows -> shared
@@ -114,26 +254,16 @@ __device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* w
 
   for (int c0 = kstart; c0 < kend; c0 += ATT_CH) {
     const int nk = min(ATT_CH, kend - c0);
-    uint4 kreg[ATT_VMAX], vreg[ATT_VMAX];
-    if (vec) {  // issue every K and V load of the chunk before using any
+    if (vec) {
+      if (!ATT_EARLY_KV || c0 != kstart) {
+        load_kv_chunk(kreg, vreg, kbase, vbase, kslb, vslb, c0, nk, cpr, per);
+      } else {  // preloaded up to the cache's end: keys past the last visible one become zeros, as above
 #pragma unroll
-      for (int u = 0; u < ATT_VMAX; ++u) {
-        int e = tid + u * ATT_THREADS, j = e / cpr, c = e - j * cpr;
-        bool ok = u < per && j < nk;
-        kreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(kbase + (i64)(c0 + j) * ksl) + c) : make_uint4(0, 0, 0, 0);
-        vreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(vbase + (i64)(c0 + j) * vsl) + c) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < ATT_VMAX; ++u) {
-        int e = tid + u * ATT_THREADS, j = e / cpr, c = e - j * cpr;
-        if (u < per && j < ATT_CH) *reinterpret_cast<uint4*>(tile_raw + j * rowb + c * 16) = kreg[u];
-      }
-    } else {
-      for (int i = tid; i < ATT_CH * D; i += ATT_THREADS) {
-        int j = i / D, d = i - j * D;
-        reinterpret_cast<T*>(tile_raw + j * rowb)[d] = j < nk ? kbase[(i64)(c0 + j) * ksl + d] : from_f<T>(0.f);
+        for (int u = 0; u < ATT_VMAX; ++u)
+          if ((tid + u * ATT_THREADS) / cpr >= nk) { kreg[u] = make_uint4(0, 0, 0, 0); vreg[u] = make_uint4(0, 0, 0, 0); }
       }
     }
+    fill_tile<T>(tile_raw, rowb, vec, kreg, per, cpr, kbase, ksl, c0, nk, D);
     __syncthreads();
     for (int p = tid; p < ATT_RMAX * ATT_CH; p += ATT_THREADS) {
       int r = p / ATT_CH, j = p - r * ATT_CH;
@@ -144,18 +274,7 @@ __device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* w
     }
     __syncthreads();
     // V into the tile (K no longer needed) while the warps update the softmax state
-    if (vec) {
-#pragma unroll
-      for (int u = 0; u < ATT_VMAX; ++u) {
-        int e = tid + u * ATT_THREADS, j = e / cpr, c = e - j * cpr;
-        if (u < per && j < ATT_CH) *reinterpret_cast<uint4*>(tile_raw + j * rowb + c * 16) = vreg[u];
-      }
-    } else {
-      for (int i = tid; i < ATT_CH * D; i += ATT_THREADS) {
-        int j = i / D, d = i - j * D;
-        reinterpret_cast<T*>(tile_raw + j * rowb)[d] = j < nk ? vbase[(i64)(c0 + j) * vsl + d] : from_f<T>(0.f);
-      }
-    }
+    fill_tile<T>(tile_raw, rowb, vec, vreg, per, cpr, vbase, vsl, c0, nk, D);
     for (int r = wid; r < ATT_RMAX; r += ATT_THREADS / 32) {
       float v = sc[r * ATT_CH + lane];
       float mx = warp_max(v);
@@ -193,18 +312,22 @@ __device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* w
     __syncthreads();
   }
 
-  for (int r = 0; r < nrows; ++r) {
-    int rr = r0 + r, h = kvh * G + rr / Tq, t = rr % Tq;
-    i64 row = ((i64)b * Hq + h) * Tq + t;
-    if (tid == 0) { ws_m[row * nsplit + split] = s_m[r]; ws_l[row * nsplit + split] = s_l[r]; }
+  if constexpr (CLUSTER) {  // the cluster's blocks are this head group's splits: merge through shared memory
+    attn_cluster_merge<T>(acc, tile_raw, s_m, s_l, out, osb, osh, ost, b, kvh, G, Tq, r0, nrows, D, split, nsplit);
+  } else {
+    for (int r = 0; r < nrows; ++r) {
+      int rr = r0 + r, h = kvh * G + rr / Tq, t = rr % Tq;
+      i64 row = ((i64)b * Hq + h) * Tq + t;
+      if (tid == 0) { ws_m[row * nsplit + split] = s_m[r]; ws_l[row * nsplit + split] = s_l[r]; }
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      int d = tid + k * ATT_THREADS;
-      if (d < D) {
-        float a = 0.f;
+      for (int k = 0; k < 2; ++k) {
+        int d = tid + k * ATT_THREADS;
+        if (d < D) {
+          float a = 0.f;
 #pragma unroll
-        for (int rq = 0; rq < ATT_RMAX; ++rq) if (rq == r) a = acc[rq][k];
-        ws_acc[(row * nsplit + split) * D + d] = a;
+          for (int rq = 0; rq < ATT_RMAX; ++rq) if (rq == r) a = acc[rq][k];
+          ws_acc[(row * nsplit + split) * D + d] = a;
+        }
       }
     }
   }
@@ -235,20 +358,7 @@ __device__ void attn_combine_body(const float* ws_m, const float* ws_l, const fl
       lv[u] = ok ? l[s] : 0.f;
       av[u] = ok && d < D ? ws_acc[(row * nsplit + s) * D + d] : 0.f;
     }
-    float gm = M;
-#pragma unroll
-    for (int u = 0; u < ATT_CG; ++u) gm = fmaxf(gm, mv[u]);
-    if (gm == -MT_INF) continue;  // nothing visible yet
-    const float sc = (M == -MT_INF) ? 0.f : __expf(M - gm);
-    den *= sc;
-    num *= sc;
-#pragma unroll
-    for (int u = 0; u < ATT_CG; ++u) {
-      const float w = (mv[u] == -MT_INF) ? 0.f : __expf(mv[u] - gm);
-      den = fmaf(w, lv[u], den);
-      num = fmaf(w, av[u], num);
-    }
-    M = gm;
+    merge_splits(mv, lv, av, M, den, num);
   }
   if (d < D) out[b * osb + h * osh + t * ost + d] = from_f<T>(den > 0.f ? num / den : 0.f);
 }
@@ -259,15 +369,25 @@ extern "C" {
       const T* q, const T* kc, const T* vc, float* ws_m, float* ws_l, float* ws_acc, const int* pos_ptr,   \
       int q_off, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 ksl, i64 vsb, i64 vsh, i64 vsl, int Hq,  \
       int Hkv, int Tq, int D, int L, int KB, float scale) {                                                \
+    if (ATT_TRIGGER_EARLY) pdl_trigger(); /* attn_combine may launch and wait in its own pdl_wait */     \
     pdl_wait();                                                                                           \
-    attn_partial_body<T>(q, kc, vc, ws_m, ws_l, ws_acc, pos_ptr, q_off, qsb, qsh, qst, ksb, ksh, ksl, vsb,  \
-                         vsh, vsl, Hq, Hkv, Tq, D, L, KB, scale);                                          \
+    attn_partial_body<T, false>(q, kc, vc, ws_m, ws_l, ws_acc, pos_ptr, q_off, qsb, qsh, qst, ksb, ksh, ksl, \
+                                vsb, vsh, vsl, Hq, Hkv, Tq, D, L, KB, scale, (T*)0, 0, 0, 0);              \
   }                                                                                                       \
   __global__ void attn_combine_##sfx(const float* ws_m, const float* ws_l, const float* ws_acc, T* out,    \
                                      i64 osb, i64 osh, i64 ost, int Hq, int Tq, int D, int nsplit) {       \
     pdl_trigger(); /* the O projection may start streaming its weights */                                 \
     pdl_wait();                                                                                           \
     attn_combine_body<T>(ws_m, ws_l, ws_acc, out, osb, osh, ost, Hq, Tq, D, nsplit);                        \
+  }                                                                                                       \
+  __global__ void __launch_bounds__(ATT_THREADS) attn_cluster_##sfx(                                      \
+      const T* q, const T* kc, const T* vc, T* out, const int* pos_ptr, int q_off, i64 qsb, i64 qsh,       \
+      i64 qst, i64 ksb, i64 ksh, i64 ksl, i64 vsb, i64 vsh, i64 vsl, i64 osb, i64 osh, i64 ost, int Hq,    \
+      int Hkv, int Tq, int D, int L, int KB, float scale) {                                                \
+    if (ATT_TRIGGER_EARLY) pdl_trigger(); /* the O projection may launch and load its weights */         \
+    pdl_wait();                                                                                           \
+    attn_partial_body<T, true>(q, kc, vc, 0, 0, 0, pos_ptr, q_off, qsb, qsh, qst, ksb, ksh, ksl, vsb, vsh,  \
+                               vsl, Hq, Hkv, Tq, D, L, KB, scale, out, osb, osh, ost);                     \
   }
 ATT_INST(f32, float)
 ATT_INST(bf16, bf16_t)

@@ -8,7 +8,9 @@
 //   Sums stay in fp32: a warp shuffle, then 8 warps are merged through shared memory.
 // Instantiations gemv{TMAX}[_silu|_norm|_gusilu|_resnorm]_bf16 for T <= TMAX tokens: TMAX 1, 4, 5
 //   and 8 use ROWS = 4, TMAX 16 uses ROWS = 2 (5 exists for gamma = 4 verify steps: fewer registers
-//   than 8). Input modes:
+//   than 8); one-token extras gemv1r2_* (2 rows a block) and gemv1r8_* (8 rows a block, one chunk of
+//   each row in flight per thread: for short rows, K <= 2048, where a thread has one chunk a row).
+//   Input modes:
 //   plain: x (T, x_stride) bf16.
 //   _silu: x rows hold 2K values [gate | up]; the input is bf16(silu(gate) * up), bit for bit what
 //          gate_up_silu_bf16 (activation.cu) would have written (the SwiGLU product fused into the
@@ -17,8 +19,11 @@
 //   the same order (thread k8 chain of fmaf, warp shuffle, 8 warps in order), so a token's result
 //   does not depend on how many tokens share the launch (greedy speculative == autoregressive).
 //   _norm: x is the fp32 residual stream (T, K) and nw a bf16 RMSNorm weight; each block computes
-//          rsqrt(mean(x^2) + eps) per token itself and uses bf16(bf16(x * inv) * nw), exactly what
-//          add_rmsnorm (norm.cu) would have written (the norm fused into the next projection).
+//          rsqrt(mean(x^2) + eps) per token itself (from the thread's own 16-byte chunks, the ones
+//          its loop reads again from L1; a fixed order) and uses bf16(bf16(x * inv) * nw), what
+//          add_rmsnorm (norm.cu) writes up to the order of the sum of squares (the norm fused into
+//          the next projection: the previous one only adds into the residual stream). Also
+//          gemv{TMAX}_norm_gusilu_bf16 and gemv{TMAX}_norm_qkvrope_bf16 (nw, eps appended).
 // Outputs (exactly one non-null): yb (T, N) bf16, yf (T, N) fp32, or resid (T, N) fp32 that the
 //   product is ADDED to (the residual stream).
 // Epilogue variants (own kernels, one extra argument `counter`, a device uint32 that is 0 between
@@ -34,17 +39,33 @@
 //          each head to (0, D/2, 1, D/2 + 1, ...); adds the (permuted) bias to the bf16-rounded
 //          product, applies rope at position *pos + t and writes q_out (T, Hq, D) and the K / V
 //          caches (Hkv, max_len, D): qkv_rope_append_il_bf16 (kv_cache.cu) without its own launch.
-// PDL: the successor is triggered after the loop (it may launch and wait in its pdl_wait()).
+// PDL and memory round trips (kernels/NOTES.md, round 3): every block loads its first weight chunks
+//   into registers BEFORE pdl_wait() (weights are constant, so a block that is resident while the
+//   previous kernel finishes has its first weight round trip behind it: -DGEMV_EARLY_W=0 turns this
+//   off), and the epilogue's operands are in flight with the weight stream instead of after the
+//   reduction: the qkv bias (before the wait), the cache position and the residual values the block
+//   adds to (right after it), the RMSNorm weight with the last block's row (-DGEMV_EARLY_EPI=0: off).
+//   The successor is triggered right after pdl_wait() (-DGEMV_TRIGGER_EARLY=0: after the loop, as
+//   before), so its blocks can be resident and load their own weights during this kernel's tail.
 //   -DGEMV_PREFETCH_BLOCKS=n: blocks with blockIdx.x < n prefetch their first weight chunks into L2
-//   before pdl_wait() (overlapping the previous kernel). Default 0 = off: on the H200 (2026-11-30,
-//   kernels/NOTES.md) the prefetch made the 7B decode step ~6% slower with the resnorm epilogue and
-//   gained nothing at 1.5B.
+//   before pdl_wait(). Default 0 = off: on the H200 (2026-11-30) the L2 prefetch made the 7B decode
+//   step ~6% slower with the resnorm epilogue and gained nothing at 1.5B.
 // Limits: K % 8 == 0, x_stride % 8 == 0, W / x 16-byte aligned (the host checks); N, K < 2^31.
 #include "common.cuh"
+#include "qkv_rope.cuh"
 
 #define GEMV_THREADS 256
 #ifndef GEMV_PREFETCH_BLOCKS
 #define GEMV_PREFETCH_BLOCKS 0
+#endif
+#ifndef GEMV_EARLY_W
+#define GEMV_EARLY_W 1
+#endif
+#ifndef GEMV_EARLY_EPI
+#define GEMV_EARLY_EPI 1
+#endif
+#ifndef GEMV_TRIGGER_EARLY
+#define GEMV_TRIGGER_EARLY 1
 #endif
 
 __device__ __forceinline__ void bf16x8_to_f32(const uint4& v, float* f) {
@@ -123,14 +144,19 @@ __device__ __forceinline__ float ld_cg_f1(const float* p) {
 __device__ void resnorm_row(const float* row, const bf16_t* __restrict__ nw, bf16_t* __restrict__ out, int n,
                             float eps, float* buf) {
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
-  const bool vec = (n & 3) == 0 && n <= RN_V * 4 * GEMV_THREADS && (((size_t)row) & 15) == 0;
+  const bool vec = (n & 3) == 0 && n <= RN_V * 4 * GEMV_THREADS && (((size_t)row) & 15) == 0 &&
+                   (((size_t)nw) & 7) == 0;
   float4 v[RN_V];
+  uint2 wv[RN_V];  // the norm weight's 4 bf16 of each float4 (issued with the row: same round trip)
   float ss = 0.f;
   if (vec) {
 #pragma unroll
     for (int u = 0; u < RN_V; ++u) {
       int k = 4 * (tid + u * GEMV_THREADS);
       v[u] = k < n ? ld_cg_f4(row + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+#if GEMV_EARLY_EPI
+      wv[u] = k < n ? __ldg(reinterpret_cast<const uint2*>(nw + k)) : make_uint2(0u, 0u);
+#endif
     }
 #pragma unroll
     for (int u = 0; u < RN_V; ++u)
@@ -152,8 +178,14 @@ __device__ void resnorm_row(const float* row, const bf16_t* __restrict__ nw, bf1
       int k = 4 * (tid + u * GEMV_THREADS);
       if (k < n) {
         const float x[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#if GEMV_EARLY_EPI
+        const float wf[4] = {__uint_as_float(wv[u].x << 16), __uint_as_float(wv[u].x & 0xffff0000u),
+                             __uint_as_float(wv[u].y << 16), __uint_as_float(wv[u].y & 0xffff0000u)};
+#else
+        const float wf[4] = {to_f(nw[k]), to_f(nw[k + 1]), to_f(nw[k + 2]), to_f(nw[k + 3])};
+#endif
 #pragma unroll
-        for (int i = 0; i < 4; ++i) out[k + i] = from_f<bf16_t>(round_bf16(x[i] * inv) * to_f(nw[k + i]));
+        for (int i = 0; i < 4; ++i) out[k + i] = from_f<bf16_t>(round_bf16(x[i] * inv) * wf[i]);
       }
     }
   } else {
@@ -167,15 +199,22 @@ enum { OUT_PLAIN = 0, OUT_GUSILU = 1, OUT_RESNORM = 2, OUT_QKVROPE = 3 };
 // What the QKV rope epilogue needs (zero for the other kernels).
 struct RopeArgs {
   const bf16_t* bias;  // permuted like W's rows, or null
-  bf16_t* q_out;       // (T, Hq, D)
-  bf16_t* kc;          // (Hkv, max_len, D)
-  bf16_t* vc;
   const int* pos;      // device int32: position of token 0
-  int Hq, Hkv, D, max_len;
   float theta;
+  QkvOut<bf16_t> out;  // q (T, Hq, D), K / V caches (Hkv, max_len, D)
 };
 
-template <int ROWS, int TMAX, int MODE, int OUT>
+// One weight chunk (8 bf16) of each of the block's rows at chunk index k8 (zeros past the row's end).
+template <int ROWS, typename P>
+__device__ __forceinline__ void load_w(const P (&wr)[ROWS], int k8, int K8, uint4 (&w)[ROWS]) {
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) w[r] = k8 < K8 ? __ldg(wr[r] + k8) : make_uint4(0u, 0u, 0u, 0u);
+}
+
+// CH: weight chunks of each row in flight per thread (2, or 1 for the 8-rows-a-block kernels). Either
+// way thread tid accumulates chunks tid, tid + 256, tid + 512, ... in increasing order, so every
+// instantiation sums a token's row in the same order.
+template <int ROWS, int TMAX, int MODE, int OUT, int CH = 2>
 __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__ x, const bf16_t* __restrict__ nw,
                           float eps, bf16_t* __restrict__ yb, float* __restrict__ yf, float* __restrict__ resid,
                           int N, int K, int T, int x_stride, unsigned int* counter, const RopeArgs ra) {
@@ -187,8 +226,6 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
   const uint4* __restrict__ wr[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) wr[r] = reinterpret_cast<const uint4*>(W + (i64)min(n0 + r, N - 1) * K);
-  // start the weight stream (constant data) into L2 before waiting for the previous kernel (PDL) and
-  // before the (latency-bound) norm statistics
 #if GEMV_PREFETCH_BLOCKS > 0
   if (blockIdx.x < GEMV_PREFETCH_BLOCKS) {
 #pragma unroll
@@ -198,15 +235,52 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
     }
   }
 #endif
-  pdl_wait();  // x / resid / outputs are touched only after this
+  int k8 = tid;
+  uint4 a[ROWS], b[ROWS];
+  // one-token kernels (the decode step) load their first weight chunks before the wait: the weights are
+  // constant, so those loads may be in flight while the previous kernel ends. Kernels for several
+  // tokens keep the loads inside the loop (holding the chunks across the wait cost them registers:
+  // 73 -> 96 for gemv16_bf16, 2 blocks a multiprocessor instead of 3)
+  constexpr bool EW = GEMV_EARLY_W && TMAX == 1;
+  if (EW) {
+    load_w<ROWS>(wr, k8, K8, a);
+    if (CH == 2) load_w<ROWS>(wr, k8 + GEMV_THREADS, K8, b);
+  }
+  // epilogue operands, in flight with the weight stream instead of after the reduction (one-token
+  // kernels; for several tokens the early loads cost registers: 80 -> 96 for gemv16_resnorm_bf16)
+  constexpr bool EE = GEMV_EARLY_EPI && TMAX == 1;
+  const int ep = tid / TMAX, et = tid % TMAX;  // epilogue thread: row (pair) ep, token et (prologue loads)
+  float eb1 = 0.f, eb2 = 0.f;
+  if (OUT == OUT_QKVROPE && EE && ra.bias && tid < (ROWS / 2) * TMAX && n0 + 2 * ep < N) {
+    eb1 = to_f(ra.bias[n0 + 2 * ep]);  // constant: before the wait too
+    eb2 = to_f(ra.bias[n0 + 2 * ep + 1]);
+  }
+  pdl_wait();  // x / resid / pos / outputs are touched only after this
+#if GEMV_TRIGGER_EARLY
+  pdl_trigger();  // the next kernel may launch now: its blocks load their own weights during our tail
+#endif
+  int epos = 0;
+  float rold = 0.f;
+  if (EE) {
+    if (OUT == OUT_QKVROPE && tid < (ROWS / 2) * TMAX) epos = *ra.pos;
+    if ((OUT == OUT_RESNORM || resid) && tid < ROWS * TMAX && n0 + ep < N && et < T)
+      rold = resid[(i64)et * N + n0 + ep];
+  }
   if (MODE == MODE_NORM) {
+    // each token's sum of squares from the thread's own chunks (k8, k8 + 256, ... in order: the loop
+    // below reads the same addresses again, from L1), then the 8 warps in order
     float ss[TMAX];
 #pragma unroll
     for (int t = 0; t < TMAX; ++t) {
       ss[t] = 0.f;
       if (t < T) {
-        const float* xt = reinterpret_cast<const float*>(x) + (i64)t * K;
-        for (int k = tid; k < K; k += GEMV_THREADS) ss[t] = fmaf(xt[k], xt[k], ss[t]);
+        const float4* xt = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(x) + (i64)t * K);
+        for (int c = tid; c < K8; c += GEMV_THREADS) {
+          const float4 u = __ldg(xt + 2 * c), v = __ldg(xt + 2 * c + 1);
+          ss[t] = fmaf(u.x, u.x, ss[t]); ss[t] = fmaf(u.y, u.y, ss[t]); ss[t] = fmaf(u.z, u.z, ss[t]);
+          ss[t] = fmaf(u.w, u.w, ss[t]); ss[t] = fmaf(v.x, v.x, ss[t]); ss[t] = fmaf(v.y, v.y, ss[t]);
+          ss[t] = fmaf(v.z, v.z, ss[t]); ss[t] = fmaf(v.w, v.w, ss[t]);
+        }
       }
       ss[t] = warp_sum(ss[t]);
       if (lane == 0) red[wid][t] = ss[t];
@@ -228,21 +302,63 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
   for (int r = 0; r < ROWS; ++r)
 #pragma unroll
     for (int t = 0; t < TMAX; ++t) acc[r][t] = 0.f;
-  int k8 = tid;
-  for (; k8 + GEMV_THREADS < K8; k8 += 2 * GEMV_THREADS) {
-    uint4 a[ROWS], b[ROWS];
+  if (!EW) {  // loads inside the loop, in the order of the EW path below (the same sums, bit for bit)
+    if (CH == 2) {
+      for (; k8 + GEMV_THREADS < K8; k8 += 2 * GEMV_THREADS) {
+        uint4 c[ROWS], d[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) { a[r] = __ldg(wr[r] + k8); b[r] = __ldg(wr[r] + k8 + GEMV_THREADS); }
-    gemv_accum<ROWS, TMAX, MODE>(a, x, nw, inv, k8, T, x_stride, K, acc);
-    gemv_accum<ROWS, TMAX, MODE>(b, x, nw, inv, k8 + GEMV_THREADS, T, x_stride, K, acc);
-  }
-  if (k8 < K8) {
-    uint4 a[ROWS];
+        for (int r = 0; r < ROWS; ++r) { c[r] = __ldg(wr[r] + k8); d[r] = __ldg(wr[r] + k8 + GEMV_THREADS); }
+        gemv_accum<ROWS, TMAX, MODE>(c, x, nw, inv, k8, T, x_stride, K, acc);
+        gemv_accum<ROWS, TMAX, MODE>(d, x, nw, inv, k8 + GEMV_THREADS, T, x_stride, K, acc);
+      }
+    } else {
+      for (; k8 + GEMV_THREADS < K8; k8 += GEMV_THREADS) {
+        uint4 c[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) a[r] = __ldg(wr[r] + k8);
+        for (int r = 0; r < ROWS; ++r) c[r] = __ldg(wr[r] + k8);
+        gemv_accum<ROWS, TMAX, MODE>(c, x, nw, inv, k8, T, x_stride, K, acc);
+      }
+    }
+    if (k8 < K8) {
+      uint4 c[ROWS];
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) c[r] = __ldg(wr[r] + k8);
+      gemv_accum<ROWS, TMAX, MODE>(c, x, nw, inv, k8, T, x_stride, K, acc);
+    }
+  }
+  // EW: a (and b) hold chunks k8 (and k8 + 256): the first iteration uses them, later ones load their own
+  bool pre = true;
+  if (!EW) {
+  } else if (CH == 2) {
+    for (; k8 + GEMV_THREADS < K8; k8 += 2 * GEMV_THREADS) {
+      if (!pre) {
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) { a[r] = __ldg(wr[r] + k8); b[r] = __ldg(wr[r] + k8 + GEMV_THREADS); }
+      }
+      pre = false;
+      gemv_accum<ROWS, TMAX, MODE>(a, x, nw, inv, k8, T, x_stride, K, acc);
+      gemv_accum<ROWS, TMAX, MODE>(b, x, nw, inv, k8 + GEMV_THREADS, T, x_stride, K, acc);
+    }
+  } else {
+    for (; k8 + GEMV_THREADS < K8; k8 += GEMV_THREADS) {
+      if (!pre) {
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) a[r] = __ldg(wr[r] + k8);
+      }
+      pre = false;
+      gemv_accum<ROWS, TMAX, MODE>(a, x, nw, inv, k8, T, x_stride, K, acc);
+    }
+  }
+  if (EW && k8 < K8) {
+    if (!pre) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) a[r] = __ldg(wr[r] + k8);
+    }
     gemv_accum<ROWS, TMAX, MODE>(a, x, nw, inv, k8, T, x_stride, K, acc);
   }
-  pdl_trigger();  // weights streamed: the next kernel may launch and prefetch its own
+#if !GEMV_TRIGGER_EARLY
+  pdl_trigger();  // weights streamed: the next kernel may launch and load its own
+#endif
   __syncthreads();  // `red` is reused below
 #pragma unroll
   for (int r = 0; r < ROWS; ++r)
@@ -256,7 +372,7 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
     // rows n0 + 2p, n0 + 2p + 1 = elements i, i + D/2 of head h (permuted rows): bias, rotate, write
     // q / the K cache / the V cache, exactly as qkv_rope_append_il_bf16 does from the bf16 product
     if (tid < (ROWS / 2) * TMAX) {
-      int p = tid / TMAX, t = tid % TMAX, n = n0 + 2 * p;
+      const int p = tid / TMAX, t = tid % TMAX, n = n0 + 2 * p;
       if (n < N && t < T) {  // N = H3 * D, D even: row n + 1 exists too
         float x1 = 0.f, x2 = 0.f;
 #pragma unroll
@@ -265,17 +381,14 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
         for (int w = 0; w < GEMV_THREADS / 32; ++w) x2 += red[w][(2 * p + 1) * TMAX + t];
         x1 = round_bf16(x1);
         x2 = round_bf16(x2);
-        if (ra.bias) { x1 = __fadd_rn(x1, to_f(ra.bias[n])); x2 = __fadd_rn(x2, to_f(ra.bias[n + 1])); }
-        const int h = n / ra.D, i = (n - h * ra.D) >> 1, half = ra.D >> 1, pos = *ra.pos + t;
-        bf16_t* dst;
-        if (h < ra.Hq + ra.Hkv) {
-          rope_pair(x1, x2, pos, i, ra.D, ra.theta, x1, x2);
-          dst = h < ra.Hq ? ra.q_out + ((i64)t * ra.Hq + h) * ra.D : ra.kc + ((i64)(h - ra.Hq) * ra.max_len + pos) * ra.D;
-        } else {
-          dst = ra.vc + ((i64)(h - ra.Hq - ra.Hkv) * ra.max_len + pos) * ra.D;
+        if (ra.bias) {
+          if (!EE) { eb1 = to_f(ra.bias[n]); eb2 = to_f(ra.bias[n + 1]); }
+          x1 = __fadd_rn(x1, eb1);
+          x2 = __fadd_rn(x2, eb2);
         }
-        dst[i] = from_f<bf16_t>(x1);
-        dst[i + half] = from_f<bf16_t>(x2);
+        if (!EE) epos = *ra.pos;
+        const int D = ra.out.D, h = n / D, i = (n - h * D) >> 1;
+        qkv_store_pair<bf16_t>(ra.out, h, t, epos + t, i, x1, x2, ra.theta, RopeExact());
       }
     }
     return;
@@ -283,7 +396,7 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
   if (OUT == OUT_GUSILU) {
     // rows n0 + 2p (gate) and n0 + 2p + 1 (up) -> column (n0 / 2) + p of the SwiGLU product
     if (tid < (ROWS / 2) * TMAX) {
-      int p = tid / TMAX, t = tid % TMAX, n = n0 + 2 * p;
+      const int p = tid / TMAX, t = tid % TMAX, n = n0 + 2 * p;
       if (n < N && t < T) {  // N even: row n + 1 exists too
         float g = 0.f, u = 0.f;
 #pragma unroll
@@ -298,13 +411,13 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
     return;
   }
   if (tid < ROWS * TMAX) {
-    int r = tid / TMAX, t = tid % TMAX, n = n0 + r;
+    const int r = tid / TMAX, t = tid % TMAX, n = n0 + r;
     if (n < N && t < T) {
       float s = 0.f;
 #pragma unroll
       for (int w = 0; w < GEMV_THREADS / 32; ++w) s += red[w][tid];
       i64 o = (i64)t * N + n;
-      if (OUT == OUT_RESNORM || resid) resid[o] += s;
+      if (OUT == OUT_RESNORM || resid) resid[o] = (EE ? rold : resid[o]) + s;
       else if (yf) yf[o] = s;
       else yb[o] = from_f<bf16_t>(s);
     }
@@ -325,29 +438,53 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
 }
 
 extern "C" {
-#define GEMV_KERNEL(NAME, TM, ROWS, MODE)                                                                \
-  __global__ void __launch_bounds__(GEMV_THREADS) NAME(const bf16_t* W, const void* x, const bf16_t* nw,  \
-                                                       float eps, bf16_t* yb, float* yf, float* resid,    \
-                                                       int N, int K, int T, int x_stride) {               \
-    gemv_body<ROWS, TM, MODE, OUT_PLAIN>(W, x, nw, eps, yb, yf, resid, N, K, T, x_stride, 0, RopeArgs{});  \
+// Blocks a multiprocessor the compiler must allow (a register cap): one-token instantiations keep 4
+// (cap 64; the weight stream needs the occupancy, and uncapped the compiler took ~85 registers, 3
+// blocks); the 4-, 5- and 16-token plain / epilogue / rope ones keep 3 (cap 80, no spills: uncapped
+// they took 88-96 registers, 2 blocks, after the round-3 changes; the 8-token ones need ~110).
+// XIN: the input is normalised / SwiGLU'd per chunk (more registers: no cap for several tokens).
+#define GEMV_MINB(TM, XIN) ((TM) == 1 ? 4 : ((TM) != 8 && !(XIN)) ? 3 : 1)
+#define GEMV_KERNEL_CH(NAME, TM, ROWS, MODE, CH, MINB)                                                   \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME(const bf16_t* W, const void* x, const bf16_t* nw, \
+                                                             float eps, bf16_t* yb, float* yf, float* resid, \
+                                                             int N, int K, int T, int x_stride) {         \
+    gemv_body<ROWS, TM, MODE, OUT_PLAIN, CH>(W, x, nw, eps, yb, yf, resid, N, K, T, x_stride, 0, RopeArgs{}); \
   }
-// one-token epilogue instantiations keep 4 blocks (32 warps) a multiprocessor: their
-// epilogues (vector loads, IEEE division) must not take the weight stream's occupancy (no spills)
-#define GEMV_MINB(TM, OUT) ((TM) == 1 ? 4 : 1)
-#define GEMV_EPI_KERNEL(NAME, TM, ROWS, OUT)                                                             \
-  __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MINB(TM, OUT)) NAME(                               \
+#define GEMV_KERNEL(NAME, TM, ROWS, MODE) GEMV_KERNEL_CH(NAME, TM, ROWS, MODE, 2, GEMV_MINB(TM, MODE != MODE_PLAIN))
+#define GEMV_EPI_KERNEL_CH(NAME, TM, ROWS, MODE, OUT, CH, MINB)                                          \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME(                                             \
       const bf16_t* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid,   \
       int N, int K, int T, int x_stride, unsigned int* counter) {                                         \
-    gemv_body<ROWS, TM, MODE_PLAIN, OUT>(W, x, nw, eps, yb, yf, resid, N, K, T, x_stride, counter,        \
-                                         RopeArgs{});                                                    \
+    gemv_body<ROWS, TM, MODE, OUT, CH>(W, x, nw, eps, yb, yf, resid, N, K, T, x_stride, counter,          \
+                                       RopeArgs{});                                                      \
   }
+#define GEMV_EPI_KERNEL(NAME, TM, ROWS, OUT) GEMV_EPI_KERNEL_CH(NAME, TM, ROWS, MODE_PLAIN, OUT, 2, GEMV_MINB(TM, 0))
+// rope kernels: the one-token ones uncapped (57 / 64 registers; a minimum of 1 block took them to ~90),
+// the 4-, 5- and 16-token ones 3 blocks (as GEMV_MINB), the norm-input ones uncapped
+#define GEMV_ROPE_LB_1 __launch_bounds__(GEMV_THREADS)
+#define GEMV_ROPE_LB_4 __launch_bounds__(GEMV_THREADS, 3)
+#define GEMV_ROPE_LB_5 __launch_bounds__(GEMV_THREADS, 3)
+#define GEMV_ROPE_LB_8 __launch_bounds__(GEMV_THREADS)
+#define GEMV_ROPE_LB_16 __launch_bounds__(GEMV_THREADS, 3)
 #define GEMV_ROPE_KERNEL(NAME, TM, ROWS)                                                                 \
-  __global__ void __launch_bounds__(GEMV_THREADS) NAME(const bf16_t* W, const bf16_t* x, int N, int K, int T, \
+  __global__ void GEMV_ROPE_LB_##TM NAME(const bf16_t* W, const bf16_t* x, int N, int K, int T, \
                                                        const bf16_t* bias, bf16_t* q_out, bf16_t* kc,     \
                                                        bf16_t* vc, const int* pos, int Hq, int Hkv, int D, \
                                                        int max_len, float theta) {                        \
-    gemv_body<ROWS, TM, MODE_PLAIN, OUT_QKVROPE>(W, x, 0, 0.f, 0, 0, 0, N, K, T, K, 0,                    \
-                                                 RopeArgs{bias, q_out, kc, vc, pos, Hq, Hkv, D, max_len, theta}); \
+    gemv_body<ROWS, TM, MODE_PLAIN, OUT_QKVROPE>(                                                         \
+        W, x, 0, 0.f, 0, 0, 0, N, K, T, K, 0,                                                             \
+        RopeArgs{bias, pos, theta, QkvOut<bf16_t>{q_out, kc, vc, Hq, Hkv, D, max_len}});                 \
+  }
+// the same with the RMSNorm computed by each block from the fp32 residual stream x (MODE_NORM):
+// the previous projection only adds into the residual (no ticket tail); nw, eps appended
+#define GEMV_NORM_ROPE_KERNEL(NAME, TM, ROWS)                                                            \
+  __global__ void __launch_bounds__(GEMV_THREADS) NAME(const bf16_t* W, const float* x, int N, int K, int T, \
+                                                       const bf16_t* bias, bf16_t* q_out, bf16_t* kc,     \
+                                                       bf16_t* vc, const int* pos, int Hq, int Hkv, int D, \
+                                                       int max_len, float theta, const bf16_t* nw, float eps) { \
+    gemv_body<ROWS, TM, MODE_NORM, OUT_QKVROPE>(                                                          \
+        W, x, nw, eps, 0, 0, 0, N, K, T, K, 0,                                                            \
+        RopeArgs{bias, pos, theta, QkvOut<bf16_t>{q_out, kc, vc, Hq, Hkv, D, max_len}});                 \
   }
 #define GEMV_INST(TM, ROWS)                                  \
   GEMV_KERNEL(gemv##TM##_bf16, TM, ROWS, MODE_PLAIN)         \
@@ -355,13 +492,22 @@ extern "C" {
   GEMV_KERNEL(gemv##TM##_norm_bf16, TM, ROWS, MODE_NORM)     \
   GEMV_EPI_KERNEL(gemv##TM##_gusilu_bf16, TM, ROWS, OUT_GUSILU) \
   GEMV_EPI_KERNEL(gemv##TM##_resnorm_bf16, TM, ROWS, OUT_RESNORM) \
-  GEMV_ROPE_KERNEL(gemv##TM##_qkvrope_bf16, TM, ROWS)
+  GEMV_ROPE_KERNEL(gemv##TM##_qkvrope_bf16, TM, ROWS)        \
+  GEMV_EPI_KERNEL_CH(gemv##TM##_norm_gusilu_bf16, TM, ROWS, MODE_NORM, OUT_GUSILU, 2, GEMV_MINB(TM, 1)) \
+  GEMV_NORM_ROPE_KERNEL(gemv##TM##_norm_qkvrope_bf16, TM, ROWS)
 GEMV_INST(1, 4)
 // one-token products with few output rows (N <= 8192: q/k/v, o, down): 2 rows a block, twice the
 // blocks (slower on the H200 than 4 rows: kept for A/B timing, --rows1 2)
 GEMV_KERNEL(gemv1r2_bf16, 1, 2, MODE_PLAIN)
 GEMV_EPI_KERNEL(gemv1r2_resnorm_bf16, 1, 2, OUT_RESNORM)
 GEMV_ROPE_KERNEL(gemv1r2_qkvrope_bf16, 1, 2)
+// one-token products with short rows (K <= 2048: one 16-byte chunk of a row per thread) and many
+// output rows (the 1.5B gate/up and vocabulary projections): 8 rows a block, one chunk of each in
+// flight per thread (twice the bytes in flight a block of the 4-row kernel at that K; any K works)
+GEMV_KERNEL_CH(gemv1r8_bf16, 1, 8, MODE_PLAIN, 1, 3)
+GEMV_EPI_KERNEL_CH(gemv1r8_gusilu_bf16, 1, 8, MODE_PLAIN, OUT_GUSILU, 1, 3)
+GEMV_KERNEL_CH(gemv1r8_norm_bf16, 1, 8, MODE_NORM, 1, 3)
+GEMV_EPI_KERNEL_CH(gemv1r8_norm_gusilu_bf16, 1, 8, MODE_NORM, OUT_GUSILU, 1, 3)
 GEMV_INST(4, 4)
 GEMV_INST(5, 4)
 GEMV_INST(8, 4)

@@ -12,8 +12,10 @@
 //   pos0 + T <= max_len (the host checks).
 // qkv_rope_append_il_*: the same for the decoder's permuted QKV rows: within each head the rows are
 //   ordered (0, D/2, 1, D/2 + 1, ...), so a rotation pair is adjacent (qkv and bias alike); rotation
-//   by rope_pair (common.cuh), bit for bit what the QKV GEMV's rope epilogue (gemv.cu) computes.
+//   and stores by qkv_store_pair (includes/qkv_rope.cuh), shared with the QKV GEMV's rope epilogue
+//   (gemv.cu), so the two write the same bits.
 #include "common.cuh"
+#include "qkv_rope.cuh"
 
 template <typename T>
 __device__ void kv_append_body(const T* k, const T* v, T* kc, T* vc, const int* pos_ptr, int pos,
@@ -31,51 +33,24 @@ __device__ void kv_append_body(const T* k, const T* v, T* kc, T* vc, const int* 
   }
 }
 
-template <typename T>
+// One block per (token, head); each thread rotates / copies pairs i and writes them (qkv_store_pair).
+template <typename T, bool IL, typename Rope>
 __device__ void qkv_rope_append_body(const T* qkv, const T* bias, T* q_out, T* kc, T* vc, const int* pos_ptr,
-                                     int Hq, int Hkv, int D, int max_len, float theta) {
+                                     int Hq, int Hkv, int D, int max_len, float theta, Rope rope) {
   int t = blockIdx.x, h = blockIdx.y, H3 = Hq + 2 * Hkv, half = D >> 1;
   int pos = *pos_ptr + t;
   const T* src = qkv + ((i64)t * H3 + h) * D;
   const T* b = bias ? bias + (i64)h * D : (const T*)0;
+  const QkvOut<T> out{q_out, kc, vc, Hq, Hkv, D, max_len};
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float x1 = to_f(src[i]), x2 = to_f(src[i + half]);
-    if (b) { x1 += to_f(b[i]); x2 += to_f(b[i + half]); }
-    if (h < Hq + Hkv) {
-      float inv_freq = 1.f / powf(theta, (float)(2 * i) / (float)D);
-      float ang = (float)pos * inv_freq;
-      float c = cosf(ang), s = sinf(ang);
-      float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
-      T* dst = h < Hq ? q_out + ((i64)t * Hq + h) * D : kc + ((i64)(h - Hq) * max_len + pos) * D;
-      dst[i] = from_f<T>(o1);
-      dst[i + half] = from_f<T>(o2);
-    } else {
-      T* dst = vc + ((i64)(h - Hq - Hkv) * max_len + pos) * D;
-      dst[i] = from_f<T>(x1);
-      dst[i + half] = from_f<T>(x2);
+    // the pair's two elements: i and i + D/2 (original rows), or 2i and 2i + 1 (interleaved rows)
+    const int e1 = IL ? 2 * i : i, e2 = IL ? 2 * i + 1 : i + half;
+    float x1 = to_f(src[e1]), x2 = to_f(src[e2]);
+    if (b) {
+      if (IL) { x1 = __fadd_rn(x1, to_f(b[e1])); x2 = __fadd_rn(x2, to_f(b[e2])); }
+      else { x1 += to_f(b[e1]); x2 += to_f(b[e2]); }
     }
-  }
-}
-
-template <typename T>
-__device__ void qkv_rope_append_il_body(const T* qkv, const T* bias, T* q_out, T* kc, T* vc, const int* pos_ptr,
-                                        int Hq, int Hkv, int D, int max_len, float theta) {
-  int t = blockIdx.x, h = blockIdx.y, H3 = Hq + 2 * Hkv, half = D >> 1;
-  int pos = *pos_ptr + t;
-  const T* src = qkv + ((i64)t * H3 + h) * D;
-  const T* b = bias ? bias + (i64)h * D : (const T*)0;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float x1 = to_f(src[2 * i]), x2 = to_f(src[2 * i + 1]);
-    if (b) { x1 = __fadd_rn(x1, to_f(b[2 * i])); x2 = __fadd_rn(x2, to_f(b[2 * i + 1])); }
-    T* dst;
-    if (h < Hq + Hkv) {
-      rope_pair(x1, x2, pos, i, D, theta, x1, x2);
-      dst = h < Hq ? q_out + ((i64)t * Hq + h) * D : kc + ((i64)(h - Hq) * max_len + pos) * D;
-    } else {
-      dst = vc + ((i64)(h - Hq - Hkv) * max_len + pos) * D;
-    }
-    dst[i] = from_f<T>(x1);
-    dst[i + half] = from_f<T>(x2);
+    qkv_store_pair<T>(out, h, t, pos, i, x1, x2, theta, rope);
   }
 }
 
@@ -88,12 +63,12 @@ extern "C" {
   __global__ void qkv_rope_append_##sfx(const T* qkv, const T* bias, T* q_out, T* kc, T* vc,           \
                                         const int* pos_ptr, int Hq, int Hkv, int D, int max_len, float theta) { \
     pdl_wait();                                                                                       \
-    qkv_rope_append_body<T>(qkv, bias, q_out, kc, vc, pos_ptr, Hq, Hkv, D, max_len, theta);           \
+    qkv_rope_append_body<T, false>(qkv, bias, q_out, kc, vc, pos_ptr, Hq, Hkv, D, max_len, theta, RopePlain()); \
   }
 __global__ void qkv_rope_append_il_bf16(const bf16_t* qkv, const bf16_t* bias, bf16_t* q_out, bf16_t* kc, bf16_t* vc,
                                         const int* pos_ptr, int Hq, int Hkv, int D, int max_len, float theta) {
   pdl_wait();
-  qkv_rope_append_il_body<bf16_t>(qkv, bias, q_out, kc, vc, pos_ptr, Hq, Hkv, D, max_len, theta);
+  qkv_rope_append_body<bf16_t, true>(qkv, bias, q_out, kc, vc, pos_ptr, Hq, Hkv, D, max_len, theta, RopeExact());
 }
 KV_INST(f32, float)
 KV_INST(bf16, bf16_t)

@@ -8,9 +8,11 @@ LM head GEMM -> device argmax. For decode / verify steps the products run in our
 (kernels/gemv.cu): the gate/up weight rows are interleaved (gate j, up j) so the gate/up GEMV writes
 the SwiGLU product itself (silu="gateup", default; "down" keeps the older SwiGLU-in-the-down-
 projection variant), the O / down projections add straight into the fp32 residual stream and their
-last block computes the next RMSNorm (norm_epilogue, default; no separate norm launches), or
-optionally RMSNorm is fused into the next projection (fuse_norm: slower on the H200, see
-kernels/NOTES.md); prefill uses cuBLAS and the separate kernels.
+last block computes the next RMSNorm (norm_epilogue, default; no separate norm launches), except that
+for hidden sizes <= 2048 the QKV GEMV normalises its own input (qkv_norm="auto"); fuse_norm makes
+every such GEMV normalise its input (slower on the H200, see kernels/NOTES.md). Wide one-token
+products with short rows run 8 output rows a block (rows_big). Prefill uses cuBLAS and the separate
+kernels.
 
 Exactness: with gemv="ours" every kernel of a step computes each token's values in an order that
 does not depend on how many tokens the step holds (kernels/gemv.cu, attention.cu), so a verify step
@@ -34,7 +36,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .cuda_blas import CUDA_R_16BF, CUDA_R_32F, cublas
-from .cuda_launch import ATT_RMAX, argmax_plan
+from .cuda_launch import ATT_CLUSTER_MAX, ATT_RMAX, argmax_plan
 from .cuda_pdl import PdlLauncher
 from .cuda_runtime import get_cupy, kernels
 
@@ -93,12 +95,13 @@ class CudaDecoder:
 
     def __init__(self, cfg: Any, weights: Dict[str, Any], max_len: int, max_tokens: int = 128,
                  gemv: str = "ours1", fuse_norm: bool = False, pdl: Optional[bool] = None,
-                 silu: str = "gateup", norm_epilogue: bool = True, qkv_rope: bool = True, rows1: int = 4) -> None:
+                 silu: str = "gateup", norm_epilogue: bool = True, qkv_rope: bool = True, rows1: int = 4,
+                 rows_big: int = 8, attn: str = "split", qkv_norm: str = "auto") -> None:
         """gemv: which steps run their products in kernels/gemv.cu (SwiGLU and the residual add
         fused in): "ours1" one-token steps (default: verify steps then cost about one decode
         step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
         separate norm / SwiGLU kernels; "ours" makes verify == decode bit for bit (module doc).
-        fuse_norm: RMSNorm computed inside those GEMVs (default off: slower on the H200).
+        fuse_norm: RMSNorm computed inside the GEMVs that read a normalised input (see qkv_norm).
         pdl: launch the step's kernels with programmatic dependent launch (minitorch/cuda_pdl.py);
         None (default) = on for compute capability >= 9.0 (H200: decode step 1.78 -> 1.63 ms at 1.5B).
         silu: "gateup" (default) = gate/up weight rows interleaved, our gate/up GEMV writes
@@ -110,10 +113,34 @@ class CudaDecoder:
         so our QKV GEMV applies rope and writes q and the KV caches in its epilogue (no
         qkv_rope_append launch); cuBLAS steps use qkv_rope_append_il_bf16 on the permuted product.
         rows1: output rows a block for one-token products with N <= 8192 (q/k/v, o, down): 4 (default)
-        or 2 (twice the blocks; slower on the H200)."""
+        or 2 (twice the blocks; slower on the H200).
+        rows_big: output rows a block for one-token products with N > 8192 and K <= 2048 (the 1.5B
+        gate/up and vocabulary projections): 8 (default; gemv1r8_*: twice the bytes in flight a block,
+        1.5B decode step -2.8% on the H200) or 4. The same bits either way.
+        attn: "split" = attn_partial + attn_combine (workspace in global memory); "cluster" = one
+        kernel whose splits merge through distributed shared memory (sm_90; at most 16 splits of 32
+        keys, so max_len <= 512); "auto" = cluster where the device and max_len allow it, else split.
+        All three give identical bits.
+        qkv_norm: "epilogue" = the down projection's last block writes the next layer's normalised
+        input (norm_epilogue); "consumer" = the down projection only adds into the residual stream and
+        the next QKV GEMV computes the RMSNorm itself (gemv*_norm_qkvrope_bf16: no ticket tail, but
+        every block reads the fp32 row and the norm weight); "auto" (default) = consumer for
+        hidden_size <= 2048 (H200: 1.5B step -1.5%, 7B step +1.2% with consumer, kernels/NOTES.md).
+        fuse_norm makes every one of our GEMVs that reads a normalised input (QKV, gate/up, LM head)
+        compute the norm itself."""
         if rows1 not in (2, 4):
             raise ValueError(f"rows1 must be 2 or 4, got {rows1!r}")
+        if rows_big not in (4, 8):
+            raise ValueError(f"rows_big must be 4 or 8, got {rows_big!r}")
+        if qkv_norm not in ("epilogue", "consumer", "auto"):
+            raise ValueError(f"qkv_norm must be 'epilogue', 'consumer' or 'auto', got {qkv_norm!r}")
+        if qkv_norm == "auto":
+            qkv_norm = "consumer" if cfg.hidden_size <= 2048 else "epilogue"
+        self.qkv_norm = qkv_norm
+        if attn not in ("split", "cluster", "auto"):
+            raise ValueError(f"attn must be 'split', 'cluster' or 'auto', got {attn!r}")
         self.rows1 = rows1
+        self.rows_big = rows_big
         if gemv not in ("ours", "ours1", "cublas"):
             raise ValueError(f"gemv must be 'ours', 'ours1' or 'cublas', got {gemv!r}")
         if silu not in ("gateup", "down"):
@@ -167,7 +194,7 @@ class CudaDecoder:
         self.xn = cp.zeros((T, H), cp.uint16)
         self.qkv = cp.zeros((T, H3 * D), cp.uint16)
         self.q = cp.zeros((T, Hq, D), cp.uint16)
-        self.attn = cp.zeros((T, Hq * D), cp.uint16)
+        self.attn_out = cp.zeros((T, Hq * D), cp.uint16)
         self.o = cp.zeros((T, H), cp.uint16)
         self.gu = cp.zeros((T, 2 * I), cp.uint16)
         self.act = cp.zeros((T, I), cp.uint16)
@@ -180,6 +207,11 @@ class CudaDecoder:
         # keys per attention split: one 32-key chunk up to 8k positions, at most 256 splits beyond
         self.kb = 32 * max(1, math.ceil(max_len / (32 * 256)))
         self.nsplit = math.ceil(max_len / self.kb)
+        fits = self.nsplit <= ATT_CLUSTER_MAX and int(cp.cuda.Device().compute_capability) >= 90
+        if attn == "cluster" and not fits:
+            raise ValueError(f"attn='cluster' needs compute capability >= 9.0 and at most {ATT_CLUSTER_MAX} "
+                             f"attention splits ({self.nsplit} for max_len {max_len}); use 'auto' or 'split'")
+        self.attn = "cluster" if attn == "cluster" or (attn == "auto" and fits) else "split"
         self.ws_m = cp.zeros(Hq * T * self.nsplit, cp.float32)
         self.ws_l = cp.zeros(Hq * T * self.nsplit, cp.float32)
         self.ws_acc = cp.zeros(Hq * T * self.nsplit * D, cp.float32)
@@ -188,7 +220,7 @@ class CudaDecoder:
         if pdl is None:
             pdl = int(cp.cuda.Device().compute_capability) >= 90
         self.pdl = bool(pdl)
-        self.k = PdlLauncher(kernels()) if pdl else kernels()
+        self.k = PdlLauncher(kernels(), pdl=self.pdl)
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.graphs: Dict[Any, Any] = {}
 
@@ -198,12 +230,15 @@ class CudaDecoder:
         limit = {"ours": 16, "ours1": 1, "cublas": 0}[self.gemv]
         return M <= limit and K % 8 == 0
 
-    def _kname(self, M: int, N: int, mode: str) -> "tuple[str, int]":
+    def _kname(self, M: int, N: int, mode: str, K: int = 0) -> "tuple[str, int]":
         """(kernel name, output rows a block) of the kernels/gemv.cu instantiation for an M-token
-        product of N outputs in input/output mode `mode` ("", "_resnorm", "_qkvrope", ...)."""
+        product of N outputs (rows of K) in input/output mode `mode` ("", "_resnorm", "_qkvrope", ...)."""
         tm = 1 if M == 1 else 4 if M <= 4 else 5 if M == 5 else 8 if M <= 8 else 16
         if tm == 1 and self.rows1 == 2 and N <= 8192 and mode in ("", "_resnorm", "_qkvrope"):
             return f"gemv1r2{mode}_bf16", 2
+        if tm == 1 and self.rows_big == 8 and N > 8192 and K <= 2048 and mode in ("", "_gusilu", "_norm",
+                                                                                  "_norm_gusilu"):
+            return f"gemv1r8{mode}_bf16", 8
         return f"gemv{tm}{mode}_bf16", (2 if tm == 16 else 4)
 
     def _gemv(self, x: Any, w: Any, M: int, N: int, K: int, yb: Any = None, yf: Any = None,
@@ -211,12 +246,12 @@ class CudaDecoder:
         """kernels/gemv.cu; mode "" (x bf16), "_silu" (x = [gate | up]), "_norm" (x = fp32
         residual rows, normalised with weight nw inside the kernel), "_gusilu" (interleaved gate/up
         rows -> yb = SwiGLU product) or "_resnorm" (resid += x @ w^T, then yb = RMSNorm(resid) * nw)."""
-        name, rows = self._kname(M, N, mode)
+        name, rows = self._kname(M, N, mode, K)
         z = np.uint64(0)
         args = (w, x, nw if nw is not None else z, np.float32(self.eps), yb if yb is not None else z,
                 yf if yf is not None else z, resid if resid is not None else z, np.int32(N), np.int32(K),
                 np.int32(M), np.int32(2 * K if mode == "_silu" else K))
-        if mode in ("_gusilu", "_resnorm"):
+        if mode in ("_gusilu", "_resnorm", "_norm_gusilu"):
             args = args + (self.counter,)
         self.k.launch(name, (math.ceil(N / rows),), (256,), args)
 
@@ -261,6 +296,23 @@ class CudaDecoder:
         self._norm(delta, nw, T)
         self._gemm(self.xn[r0:T], w, yf if yf is not None else yb, T - r0, N, H, out_f32=yf is not None)
 
+    def _attention(self, lw: Dict[str, Any], T: int, groups: int) -> None:
+        """attn_out (T, Hq*D) = causal attention of q (T, Hq, D) over the layer's cache up to pos + t."""
+        Hq, Hkv, D, i32, i64 = self.Hq, self.Hkv, self.D, np.int32, np.int64
+        qkv = (i64(0), i64(D), i64(Hq * D), i64(0), i64(self.max_len * D), i64(D), i64(0), i64(self.max_len * D), i64(D))
+        tail = (i32(Hq), i32(Hkv), i32(T), i32(D), i32(self.max_len), i32(self.kb), np.float32(D ** -0.5))
+        grid = (self.nsplit, Hkv, groups)
+        if self.attn == "cluster":  # out (t, h, d) at t*Hq*D + h*D + d: strides (0, D, Hq*D)
+            self.k.launch("attn_cluster_bf16", grid, (128,),
+                          (self.q, lw["k"], lw["v"], self.attn_out, self.pos, i32(0)) + qkv
+                          + (i64(0), i64(D), i64(Hq * D)) + tail, cluster=(self.nsplit, 1, 1))
+            return
+        self.k.launch("attn_partial_bf16", grid, (128,),
+                      (self.q, lw["k"], lw["v"], self.ws_m, self.ws_l, self.ws_acc, self.pos, i32(0)) + qkv + tail)
+        self.k.launch("attn_combine_bf16", (Hq * T,), (32 * math.ceil(D / 32),),
+                      (self.ws_m, self.ws_l, self.ws_acc, self.attn_out, i64(0), i64(D), i64(Hq * D),
+                       i32(Hq), i32(T), i32(D), i32(self.nsplit)))
+
     def _step(self, T: int, all_logits: bool, advance: bool) -> None:
         """Enqueue one forward step over tokens[0:T] at positions pos..pos+T-1 (no host sync)."""
         k, H, D, Hq, Hkv, I, i32 = self.k, self.H, self.D, self.Hq, self.Hkv, self.I, np.int32
@@ -270,37 +322,46 @@ class CudaDecoder:
         delta: Optional[Any] = None
         norms = [lw["ln2"] for lw in self.layers]
         nexts = [lw["ln1"] for lw in self.layers[1:]] + [self.final_norm]
+        ours = self._ours(T, H)
+        # RMSNorm computed by the consuming GEMV itself (from the fp32 residual stream): the QKV GEMV
+        # (qkv_norm="consumer" or fuse_norm), the gate/up GEMV (fuse_norm); the projection before only adds
+        qkv_consumer = self.qkv_rope and ours and (self.fuse_norm or self.qkv_norm == "consumer")
+        gu_consumer = self.silu == "gateup" and ours and self.fuse_norm
         for li, lw in enumerate(self.layers):
             bias = lw["qkv_bias"] if lw["qkv_bias"] is not None else np.uint64(0)
-            if self.qkv_rope and self._ours(T, H):  # rope + KV append in the QKV GEMV's epilogue
-                if delta is not _NORMED:
-                    self._norm(delta, lw["ln1"], T)
-                name, rows = self._kname(T, H3 * D, "_qkvrope")
-                k.launch(name, (math.ceil(H3 * D / rows),), (256,),
-                         (lw["qkv"], self.xn, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"], self.pos,
-                          i32(Hq), i32(Hkv), i32(D), i32(self.max_len), np.float32(self.theta)))
+            if self.qkv_rope and ours:  # rope + KV append in the QKV GEMV's epilogue
+                tail = (i32(Hq), i32(Hkv), i32(D), i32(self.max_len), np.float32(self.theta))
+                if qkv_consumer and delta is None:  # the residual stream is complete: normalise here
+                    name, rows = self._kname(T, H3 * D, "_norm_qkvrope")
+                    k.launch(name, (math.ceil(H3 * D / rows),), (256,),
+                             (lw["qkv"], self.resid, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"],
+                              self.pos) + tail + (lw["ln1"], np.float32(self.eps)))
+                else:
+                    if delta is not _NORMED:
+                        self._norm(delta, lw["ln1"], T)
+                    name, rows = self._kname(T, H3 * D, "_qkvrope")
+                    k.launch(name, (math.ceil(H3 * D / rows),), (256,),
+                             (lw["qkv"], self.xn, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"],
+                              self.pos) + tail)
             else:
                 self._normed_proj(delta, lw["ln1"], lw["qkv"], T, H3 * D, yb=self.qkv)
                 k.launch("qkv_rope_append_il_bf16" if self.qkv_rope else "qkv_rope_append_bf16", (T, H3),
                          (max(32, D // 2),), (self.qkv, bias, self.q, lw["k"], lw["v"], self.pos, i32(Hq), i32(Hkv),
                                               i32(D), i32(self.max_len), np.float32(self.theta)))
-            k.launch("attn_partial_bf16", (self.nsplit, Hkv, groups), (128,),
-                     (self.q, lw["k"], lw["v"], self.ws_m, self.ws_l, self.ws_acc, self.pos, i32(0),
-                      np.int64(0), np.int64(D), np.int64(Hq * D), np.int64(0), np.int64(self.max_len * D),
-                      np.int64(D), np.int64(0), np.int64(self.max_len * D), np.int64(D), i32(Hq), i32(Hkv),
-                      i32(T), i32(D), i32(self.max_len), i32(self.kb), np.float32(D ** -0.5)))
-            k.launch("attn_combine_bf16", (Hq * T,), (32 * math.ceil(D / 32),),
-                     (self.ws_m, self.ws_l, self.ws_acc, self.attn, np.int64(0), np.int64(D), np.int64(Hq * D),
-                      i32(Hq), i32(T), i32(D), i32(self.nsplit)))
-            delta = self._gemm_resid(self.attn, lw["o"], self.o, T, H, Hq * D, nw=norms[li])
-            if self.silu == "gateup" and self._ours(T, H):  # SwiGLU in the gate/up GEMV's epilogue
-                if delta is not _NORMED:
-                    self._norm(delta, lw["ln2"], T)
-                self._gemv(self.xn, lw["gate_up"], T, 2 * I, H, yb=self.act, mode="_gusilu")
+            self._attention(lw, T, groups)
+            delta = self._gemm_resid(self.attn_out, lw["o"], self.o, T, H, Hq * D, nw=norms[li])
+            if self.silu == "gateup" and ours:  # SwiGLU in the gate/up GEMV's epilogue
+                if gu_consumer and delta is None:
+                    self._gemv(self.resid, lw["gate_up"], T, 2 * I, H, yb=self.act, mode="_norm_gusilu", nw=lw["ln2"])
+                else:
+                    if delta is not _NORMED:
+                        self._norm(delta, lw["ln2"], T)
+                    self._gemv(self.xn, lw["gate_up"], T, 2 * I, H, yb=self.act, mode="_gusilu")
             else:
                 self._normed_proj(delta, lw["ln2"], lw["gate_up"], T, 2 * I, yb=self.gu)
-            if self.silu == "gateup" and self._ours(T, H):
-                delta = self._gemm_resid(self.act, lw["down"], self.down, T, H, I, nw=nexts[li])
+            if self.silu == "gateup" and ours:
+                nxt = None if qkv_consumer and li + 1 < self.L else nexts[li]  # the next QKV GEMV normalises
+                delta = self._gemm_resid(self.act, lw["down"], self.down, T, H, I, nw=nxt)
             elif self.silu == "down" and T == 1 and self._ours(T, I):  # SwiGLU fused into the down projection's input
                 self._gemv(self.gu, lw["down"], T, H, I, resid=self.resid, mode="_silu")
                 delta = None

@@ -344,9 +344,21 @@ def attention_splits(kmax: int, blocks_base: int, sms: int = 132) -> Tuple[int, 
     return kb, max(1, math.ceil(kmax / kb))
 
 
-def attention(q: Any, k: Any, v: Any, out: Any, scale: float, q_start: int) -> None:
+ATT_CLUSTER_MAX = 16  # splits a cluster may hold (more than 8: the non-portable cluster size, sm_90)
+
+
+def cluster_supported() -> bool:
+    """Whether the device can run attn_cluster_* (thread-block clusters: compute capability >= 9.0)."""
+    return int(get_cupy().cuda.Device().compute_capability) >= 90
+
+
+def attention(q: Any, k: Any, v: Any, out: Any, scale: float, q_start: int, cluster: bool = False,
+              kb: Optional[int] = None) -> None:
     """Causal GQA attention: q (B,Hq,T,D), k/v (B,Hkv,L,D) any strides with d contiguous,
-    out (B,Hq,T,D); query t sits at q_start + t and sees keys 0..q_start+t."""
+    out (B,Hq,T,D); query t sits at q_start + t and sees keys 0..q_start+t.
+    cluster: one kernel whose splits merge in distributed shared memory (attn_cluster_*, sm_90) instead
+    of attn_partial + attn_combine; the keys per split are then raised until at most 16 splits remain.
+    kb: keys per split (a multiple of 32) instead of the automatic choice."""
     sfx = SFX[_check_dtype(q, ("float32", "bfloat16"), "attention")]
     B, Hq, T, D = q.shape
     Bk, Hkv, L, Dk = k.shape
@@ -361,22 +373,38 @@ def attention(q: Any, k: Any, v: Any, out: Any, scale: float, q_start: int) -> N
             raise ValueError(f"attention: {name} needs a contiguous last dim")
         if t.dtype != q.dtype:
             raise TypeError(f"attention: {name} dtype {t.dtype} != q dtype {q.dtype}")
+    if cluster and not cluster_supported():
+        raise ValueError("attention: cluster=True needs compute capability >= 9.0")
     G = Hq // Hkv
     groups = math.ceil(G * T / ATT_RMAX)
     kmax = q_start + T
-    kb, nsplit = attention_splits(kmax, B * Hkv * groups)
+    if kb is None:
+        kb, nsplit = attention_splits(kmax, B * Hkv * groups)
+    if kb % 32 or kb < 32:
+        raise ValueError(f"attention: keys per split must be a positive multiple of 32, got {kb}")
+    if cluster:
+        kb = max(kb, 32 * math.ceil(kmax / (32 * ATT_CLUSTER_MAX)))
+    nsplit = max(1, math.ceil(kmax / kb))
+    i64 = np.int64
+    qkv_args = (i64(q.strides[0]), i64(q.strides[1]), i64(q.strides[2]), i64(k.strides[0]), i64(k.strides[1]),
+                i64(k.strides[2]), i64(v.strides[0]), i64(v.strides[1]), i64(v.strides[2]))
+    tail = (np.int32(Hq), np.int32(Hkv), np.int32(T), np.int32(D), np.int32(L), np.int32(kb), np.float32(scale))
+    if cluster:
+        from .cuda_pdl import PdlLauncher
+
+        PdlLauncher(kernels(), pdl=False).launch(
+            f"attn_cluster_{sfx}", (nsplit, B * Hkv, groups), (128,),
+            (ptr(q), ptr(k), ptr(v), ptr(out), np.uint64(0), np.int32(q_start)) + qkv_args
+            + (i64(out.strides[0]), i64(out.strides[1]), i64(out.strides[2])) + tail, cluster=(nsplit, 1, 1))
+        return
     cp = get_cupy()
     rows = B * Hq * T
     ws_m = cp.empty(rows * nsplit, dtype=cp.float32)
     ws_l = cp.empty(rows * nsplit, dtype=cp.float32)
     ws_acc = cp.empty(rows * nsplit * D, dtype=cp.float32)
-    i64 = np.int64
     kernels().launch(
         f"attn_partial_{sfx}", (nsplit, B * Hkv, groups), (128,),
-        (ptr(q), ptr(k), ptr(v), ws_m, ws_l, ws_acc, np.uint64(0), np.int32(q_start),
-         i64(q.strides[0]), i64(q.strides[1]), i64(q.strides[2]), i64(k.strides[0]), i64(k.strides[1]),
-         i64(k.strides[2]), i64(v.strides[0]), i64(v.strides[1]), i64(v.strides[2]), np.int32(Hq),
-         np.int32(Hkv), np.int32(T), np.int32(D), np.int32(L), np.int32(kb), np.float32(scale)))
+        (ptr(q), ptr(k), ptr(v), ws_m, ws_l, ws_acc, np.uint64(0), np.int32(q_start)) + qkv_args + tail)
     kernels().launch(
         f"attn_combine_{sfx}", (rows,), (32 * math.ceil(D / 32),),
         (ws_m, ws_l, ws_acc, ptr(out), i64(out.strides[0]), i64(out.strides[1]), i64(out.strides[2]),

@@ -91,10 +91,10 @@ def profile_step(cp: Any, dec: Any, T: int) -> Dict[str, float]:
     big = cp.empty(1 << 29, cp.float32)
     big2 = cp.empty_like(big)
 
-    def launch(name: str, grid: Any, block: Any, args: Any, shared_mem: int = 0) -> None:
+    def launch(name: str, grid: Any, block: Any, args: Any, shared_mem: int = 0, **kw: Any) -> None:
         s, e = cp.cuda.Event(), cp.cuda.Event()
         s.record()
-        lib.launch(name, grid, block, args, shared_mem)
+        lib.launch(name, grid, block, args, shared_mem, **kw)
         e.record()
         nk = (2, 3) if "qkvrope" in name else (7, 8)  # where N and K sit in the argument list
         label = f"{name} N={int(args[nk[0]])} K={int(args[nk[1]])}" if name.startswith("gemv") else name
@@ -137,7 +137,7 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
     dec = CudaDecoder(cfg, w, max_len=max_len, max_tokens=max(args.prompt, 9), gemv=args.gemv,
                       fuse_norm=args.fuse_norm, pdl={"auto": None, "on": True, "off": False}[args.pdl],
                       silu=args.silu, norm_epilogue=args.norm_epilogue == "on", qkv_rope=args.qkv_rope == "on",
-                      rows1=args.rows1)
+                      rows1=args.rows1, rows_big=args.rows_big, attn=args.attn, qkv_norm=args.qkv_norm)
     del w
     cp.get_default_memory_pool().free_all_blocks()
     setup = time.perf_counter() - t0
@@ -275,7 +275,8 @@ def main(argv: List[str] | None = None) -> int:
                          "for verify steps (ours1, default), ours for steps of <= 16 tokens (ours), or "
                          "cuBLAS everywhere")
     ap.add_argument("--fuse-norm", action="store_true",
-                    help="compute RMSNorm inside our GEMVs (slower on the H200: each block re-reduces the row)")
+                    help="compute RMSNorm inside every GEMV that reads a normalised input (QKV, gate/up, LM head) "
+                         "instead of in the previous projection's last block")
     ap.add_argument("--silu", choices=["gateup", "down"], default="gateup",
                     help="where one-token (our-GEMV) steps compute SwiGLU: in the gate/up GEMV's epilogue, "
                          "interleaved weight rows (gateup, default), or in every block of the down GEMV (down)")
@@ -287,6 +288,15 @@ def main(argv: List[str] | None = None) -> int:
                          "qkv_rope_append kernel runs (off)")
     ap.add_argument("--rows1", type=int, choices=[2, 4], default=4,
                     help="output rows a block of one-token products with N <= 8192 (default 4)")
+    ap.add_argument("--rows-big", type=int, choices=[4, 8], default=8,
+                    help="output rows a block of one-token products with N > 8192 and K <= 2048 (default 8)")
+    ap.add_argument("--qkv-norm", choices=["epilogue", "consumer", "auto"], default="auto",
+                    help="who computes the QKV GEMV's RMSNorm: the previous down projection's last block "
+                         "(epilogue), the QKV GEMV itself from the residual stream (consumer), or consumer "
+                         "for hidden sizes <= 2048 (auto, default)")
+    ap.add_argument("--attn", choices=["split", "cluster", "auto"], default="split",
+                    help="attention: partial + combine kernels (split, default), one kernel merging its splits "
+                         "in distributed shared memory (cluster, sm_90, max_len <= 512), or cluster where possible (auto)")
     ap.add_argument("--pdl", choices=["auto", "on", "off"], default="auto",
                     help="programmatic dependent launch (each kernel's start overlaps the previous one's tail): "
                          "auto = on for compute capability >= 9.0 (default)")
@@ -309,7 +319,8 @@ def main(argv: List[str] | None = None) -> int:
     bw = copy_bandwidth(cp)
     print(f"device {dev}; measured copy bandwidth {bw / 1e9:.0f} GB/s; prompt {args.prompt}, new {args.new}, "
           f"greedy, bf16, gemv={args.gemv}, fuse_norm={args.fuse_norm}, pdl={args.pdl}, silu={args.silu}, "
-          f"norm_epilogue={args.norm_epilogue}, qkv_rope={args.qkv_rope}, rows1={args.rows1}; "
+          f"norm_epilogue={args.norm_epilogue}, qkv_rope={args.qkv_rope}, rows1={args.rows1}, "
+          f"rows_big={args.rows_big}, attn={args.attn}, qkv_norm={args.qkv_norm}; "
           f"kernels from {BUILD_DIR}")
     shapes = args.shape or ["r1-distill-qwen-1.5b", "r1-distill-qwen-7b"]
     args.weights = None

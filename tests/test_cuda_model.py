@@ -81,8 +81,11 @@ def decoder_of(cfg_kw, w, max_len=96, max_tokens=16, **kw):
 MODES = [dict(gemv="ours1"), dict(gemv="ours"), dict(gemv="cublas"), dict(gemv="ours1", fuse_norm=True),
          dict(gemv="ours", fuse_norm=True), dict(gemv="ours1", silu="down", norm_epilogue=False, qkv_rope=False),
          dict(gemv="ours", silu="down", norm_epilogue=False, qkv_rope=False),
-         dict(gemv="ours1", rows1=2)]
-MODE_IDS = ["ours1", "ours", "cublas", "ours1-fused", "ours-fused", "ours1-prev", "ours-prev", "ours1-rows2"]
+         dict(gemv="ours1", rows1=2), dict(gemv="ours1", rows_big=4, attn="auto"), dict(gemv="cublas", attn="auto"),
+         dict(gemv="ours1", qkv_norm="epilogue"), dict(gemv="ours", qkv_norm="epilogue")]
+# the test models are small (hidden <= 256): the default qkv_norm="auto" is "consumer" for them
+MODE_IDS = ["ours1", "ours", "cublas", "ours1-fused", "ours-fused", "ours1-prev", "ours-prev", "ours1-rows2",
+            "ours1-r4-cluster", "cublas-cluster", "ours1-qkvepi", "ours-qkvepi"]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
@@ -117,7 +120,8 @@ def test_cuda_decoder_matches_cpu_model(i, mode):
 
 
 EXACT_KW = {"unfused": {}, "fused": dict(fuse_norm=True),
-            "prev": dict(silu="down", norm_epilogue=False, qkv_rope=False), "rows2": dict(rows1=2)}
+            "prev": dict(silu="down", norm_epilogue=False, qkv_rope=False), "rows2": dict(rows1=2),
+            "r4-cluster": dict(rows_big=4, attn="auto"), "qkvepi": dict(qkv_norm="epilogue")}
 
 
 # long rows (intermediate_size > 8192: the down projection's K runs over many chunks a thread)
@@ -152,13 +156,40 @@ def test_exact_mode_verify_step_equals_decode_steps_bitwise(i, variant):
         np.testing.assert_array_equal(lw["k"][:, :p + 5].get(), k)
 
 
+@pytest.mark.parametrize("gemv", ["ours1", "ours"])
+@pytest.mark.parametrize("i", range(len(EXACT_CONFIGS)))
+def test_decoder_variants_give_identical_bits(i, gemv):
+    """8 rows a block for wide products (rows_big=8) and the one-kernel cluster attention (attn='auto'
+    on sm_90) change no bit of a step: prompt, graph-replayed decode steps, a 5-token verify step and
+    the KV caches all equal those of 4 rows a block and split attention."""
+    _, w = build(EXACT_CONFIGS[i], FastBackend, seed=4)
+    outs = []
+    for kw in (dict(rows_big=4, attn="split"), dict(rows_big=8, attn="auto")):
+        dec = decoder_of(EXACT_CONFIGS[i], w, gemv=gemv, **kw)
+        prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7]
+        first = dec.prefill(prompt)
+        toks = dec.decode(12)
+        dec.set_position(len(prompt) + 3)
+        dec.run([first, 7, 3, 9, 12], all_logits=True, advance=False, graph=True)
+        dec.stream.synchronize()
+        outs.append((first, toks, dec.logits[:5].get().copy(), [lw["k"].get().copy() for lw in dec.layers],
+                     [lw["v"].get().copy() for lw in dec.layers]))
+    (f0, t0, l0, k0, v0), (f1, t1, l1, k1, v1) = outs
+    assert f0 == f1 and t0 == t1
+    np.testing.assert_array_equal(l1, l0)
+    for a, b in zip(k0 + v0, k1 + v1):
+        np.testing.assert_array_equal(b, a)
+
+
 # "ours" modes are exact by construction (test above); "ours1" verifies with cuBLAS, whose summation
 # order differs from our GEMV's: equality then holds only while no near-tie between the top two
 # logits occurs (true for these weights and seeds, not guaranteed in general)
-SPEC_MODES = [dict(gemv="ours"), dict(gemv="ours", fuse_norm=True), dict(gemv="ours1")]
+SPEC_MODES = [dict(gemv="ours"), dict(gemv="ours", fuse_norm=True), dict(gemv="ours1"),
+              dict(gemv="ours", attn="auto", qkv_norm="epilogue")]
 
 
-@pytest.mark.parametrize("mode", SPEC_MODES, ids=["ours-exact", "ours-fused-exact", "ours1-cublas-verify"])
+@pytest.mark.parametrize("mode", SPEC_MODES, ids=["ours-exact", "ours-fused-exact", "ours1-cublas-verify",
+                                                  "ours-exact-cluster-qkvepi"])
 @pytest.mark.parametrize("gamma", [1, 4, 7])
 def test_greedy_speculative_equals_greedy_on_gpu(gamma, mode):
     from minitorch.cuda_spec import greedy_generate, greedy_speculative

@@ -40,12 +40,13 @@ def decoder(cfg: dict, w: dict, **kw):
 
 
 @pytest.mark.parametrize("gemv", ["ours1", "ours", "cublas"])
-@pytest.mark.parametrize("fuse_norm", [False, True], ids=["unfused", "fused"])
-def test_pdl_decoder_bitwise_equals_plain_launches(gemv, fuse_norm):
+@pytest.mark.parametrize("norm", ["unfused", "fused", "qkvepi"])
+def test_pdl_decoder_bitwise_equals_plain_launches(gemv, norm):
     w = weights(CFG, seed=7)
+    kw = {"unfused": {}, "fused": dict(fuse_norm=True), "qkvepi": dict(qkv_norm="epilogue")}[norm]
     outs = []
     for pdl in (False, True):
-        dec = decoder(CFG, w, gemv=gemv, fuse_norm=fuse_norm, pdl=pdl)
+        dec = decoder(CFG, w, gemv=gemv, pdl=pdl, **kw)
         prompt = [5, 17, 42, 8, 1, 30, 99, 150, 7]
         first = dec.prefill(prompt)
         pre = dec.logits[:1].get().copy()  # the prompt step's last-token logits (written to row 0)

@@ -79,16 +79,3 @@ __device__ __forceinline__ i64 strided_offset(i64 i, int nd, const i64* shape, c
   }
   return off;
 }
-
-// Rotary embedding of one rotate_half pair (x1 = element i, x2 = element i + D/2) at position pos:
-// inv_freq = theta^(-2i/D), angle = pos * inv_freq in fp32 (as transformers computes its tables).
-// Every operation is written out (no FMA contraction), so each kernel that uses it (the QKV GEMV's
-// rope epilogue, qkv_rope_append_il_*) gives the same bits for the same inputs.
-__device__ __forceinline__ void rope_pair(float x1, float x2, int pos, int i, int D, float theta, float& o1,
-                                          float& o2) {
-  const float inv_freq = __fdiv_rn(1.f, powf(theta, __fdiv_rn((float)(2 * i), (float)D)));
-  const float ang = __fmul_rn((float)pos, inv_freq);
-  const float c = cosf(ang), s = sinf(ang);
-  o1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-  o2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
-}
