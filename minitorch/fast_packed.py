@@ -19,8 +19,8 @@ steps' logits exactly (tests/test_models_packed.py checks it), and greedy specul
 greedy decoding of the target by construction, not only up to near-ties.
 
 Prefill-sized inputs (more than MAX_ROWS rows) take a chunked path instead: rebuild CHUNK_TILES tiles as
-float32 (K, TILE) blocks (the transposed weight rows, written contiguously) and multiply with BLAS, which
-is compute-efficient for many rows.
+one contiguous float32 (K, CHUNK_TILES * TILE) block (the transposed weight rows) and multiply with BLAS,
+which is compute-efficient for many rows.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def _block_sums(x: np.ndarray, block: int) -> np.ndarray:  # pragma: no cover - 
 def packed_rows(x: np.ndarray, qt: np.ndarray, st: np.ndarray, ot: np.ndarray, block: int, n_len: int,
                 out: np.ndarray) -> None:  # pragma: no cover - numba
     """out (R, n_len) = x (R, K) @ w^T for tiled codes qt (groups, K, TILE) and scale/offset st, ot."""
-    groups, k_len, lanes = qt.shape
+    groups, k_len, _ = qt.shape
     rows = x.shape[0]
     xs = _block_sums(x, block)
     pairs_end = block - block % 2  # an odd block ends with one single input
@@ -90,9 +90,10 @@ def rebuild_tiles(qt: np.ndarray, st: np.ndarray, ot: np.ndarray, block: int, fi
                   dst: np.ndarray) -> None:  # pragma: no cover - numba
     """dst (K, m * TILE) = float32 weight rows of tiles first..first+m-1, transposed (column j * TILE + i
     is row (first + j) * TILE + i). The product and the difference are rounded separately, as the gguf
-    dequantizers do: the float32 weights. One thread on purpose: numba's worker threads still spin from
-    a parallel rebuild when BLAS starts the product (and BLAS's when the next rebuild starts), which made
-    prefill 2-3x slower than this serial rebuild on 2 cores."""
+    dequantizers do: the float32 weights. One thread on purpose: OpenBLAS's worker threads keep spinning
+    for a while after each product, and a numba-parallel rebuild between products had to share the 2
+    cores with them (a 40-row product of a 8960 x 1536 weight: 68 ms parallel vs 22 ms serial in a
+    scratch test; with OPENBLAS_THREAD_TIMEOUT=4 the gap closed, but that is read when numpy loads)."""
     k_len = qt.shape[1]
     for j in range(dst.shape[1] // TILE):
         g = first + j

@@ -10,7 +10,7 @@ float32 weights rebuilt here are bit for bit the weights of the float32 model (t
 A packed model reads 1 + 8/block bytes per weight instead of float32's 4 and holds a third of the memory.
 The weights are the model's own, not a new quantization: outputs differ from the float32 path only by
 summation order. Stored in tiles of TILE interleaved rows (below), fast_packed's kernel converts and
-multiplies 8-16 adjacent outputs per vector instruction with no horizontal sums, which makes packed the
+multiplies 8 adjacent outputs per AVX2 instruction with no horizontal sums, which makes packed the
 faster form on the CPU (it reads a third of the bytes and is no longer compute-bound): 1.5B
 target decode 5.32 vs 3.47 tokens/s float32, same greedy tokens (`python project/bench_cpu_decode.py
 --tokens 48 --repeats 2`, 2-core box, 2026-11-30 11:25 UTC). `load_model(weights="auto")`, the default,
@@ -36,7 +36,7 @@ class PackedWeight:
     """A (N, K) float32 weight stored as int8 codes plus per-block scale and offset (see module doc).
 
     Storage is tiled: TILE consecutive weight rows are interleaved, so that for every input k the codes
-    of those rows lie next to each other and one vector instruction serves TILE/8..TILE/16 outputs.
+    of those rows lie next to each other and a vector instruction serves several adjacent outputs.
         qt[g, k, i]     = q[g * TILE + i, k]                    (N_pad / TILE, K, TILE) int8
         st[g, b, i]     = scale[g * TILE + i, b]                (N_pad / TILE, K / block, TILE) float32
         ot[g, b, i]     = offset[g * TILE + i, b]               (same)

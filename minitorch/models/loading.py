@@ -27,7 +27,7 @@ def load_model(
 
     `name_or_path`: a registry name ('qwen2.5-coder-0.5b-instruct', 'deepseek-r1-distill-qwen-7b', ...),
     a Hugging Face folder (config.json, tokenizer.json, *.safetensors) or a .gguf file. A GGUF is
-    dequantized once into the cache folder; later loads memory-map the cached float32 arrays.
+    converted once into the cache folder (packed or dequantized, see `weights`); later loads memory-map it.
     `backend` defaults to FastBackend. Errors for users are ModelLoadError naming the file.
 
     `weights`: "packed" keeps a GGUF's quantized tensors in their stored form (int8 codes + per-block
@@ -52,10 +52,11 @@ def load_model(
         arrays = load_safetensors_folder(path)
         tok = Tokenizer.from_folder(path)
     elif _is_gguf(path):
+        has_kernel = getattr(backend, "packed_linear", None) is not None
         if weights == "auto":
-            weights = "packed" if getattr(backend, "packed_linear", None) is not None else "float32"
+            weights = "packed" if has_kernel else "float32"
         if weights == "packed":
-            if getattr(backend, "packed_linear", None) is None:
+            if not has_kernel:
                 raise ModelLoadError(f"{getattr(backend, 'name', backend)} has no packed kernel; use weights='float32'")
             from .gguf_packed import load_packed
 
