@@ -20,7 +20,7 @@ import re
 import shutil
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 
@@ -182,6 +182,15 @@ def build_dequant_cache(
     Written into a temporary sibling folder and renamed at the end, so an interrupted run leaves no
     half-built cache behind.
     """
+    with building_folder(out_dir, "config.json") as tmp:
+        fill_cache_folder(path, tmp, progress, "dequantizing")
+
+
+def fill_cache_folder(path: Union[str, Path], folder: Path, progress: bool, verb: str,
+                      store: Optional[Callable[[Any, str, Path], Optional[dict]]] = None) -> dict[str, dict]:
+    """Write every tensor of GGUF `path` into `folder` (config.json, tokenizer files, weights/{name}.npy
+    as float32). `store(tensor, name, folder)` may save a tensor its own way instead and return a manifest
+    entry for it (None: not handled, saved as float32). Returns {name: entry} of the stored tensors."""
     from tqdm import tqdm
 
     from .tokenizer import tokenizer_files_from_gguf
@@ -189,19 +198,22 @@ def build_dequant_cache(
     path = Path(path)
     reader = open_gguf(path)
     config = config_from_gguf(reader, path)
-    with building_folder(out_dir, "config.json") as tmp:
-        (tmp / "weights").mkdir()
-        seen = set()
-        for t in tqdm(reader.tensors, desc=f"dequantizing {path.name}", disable=not progress, leave=False):
-            name = gguf_to_hf_name(t.name)
-            if name is None:
-                continue  # e.g. rope_freqs: not used by Qwen2
-            np.save(tmp / "weights" / f"{name}.npy", dequantize_tensor(t, path))
-            seen.add(name)
-        _check_complete(seen, config, path)
-        (tmp / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
-        tokenizer_files_from_gguf(reader, tmp)
-        del reader
+    (folder / "weights").mkdir()
+    seen, stored = set(), {}
+    for t in tqdm(reader.tensors, desc=f"{verb} {path.name}", disable=not progress, leave=False):
+        name = gguf_to_hf_name(t.name)
+        if name is None:
+            continue  # e.g. rope_freqs: not used by Qwen2
+        seen.add(name)
+        entry = store(t, name, folder) if store is not None else None
+        if entry is not None:
+            stored[name] = entry
+        else:
+            np.save(folder / "weights" / f"{name}.npy", dequantize_tensor(t, path))
+    _check_complete(seen, config, path)
+    (folder / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+    tokenizer_files_from_gguf(reader, folder)
+    return stored
 
 
 @contextmanager

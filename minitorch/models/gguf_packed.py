@@ -105,34 +105,19 @@ def build_packed_cache(path: Union[str, Path], out_dir: Path, progress: bool = T
     ({name}.q/.scale/.offset.npy + packed.json), the other tensors (norms, biases, float tensors) as
     float32 weights/{name}.npy, config.json and the tokenizer files. No float32 copy of the big weights.
     Written to a temporary sibling and renamed, so an interrupted run leaves nothing half-built."""
-    from tqdm import tqdm
+    from .gguf_io import building_folder, fill_cache_folder
 
-    from .gguf_io import (_check_complete, building_folder, config_from_gguf, dequantize_tensor,
-                          gguf_to_hf_name, open_gguf)
-    from .tokenizer import tokenizer_files_from_gguf
+    def store(tensor: Any, name: str, folder: Path) -> Optional[dict]:
+        pw = pack_tensor(tensor, path)
+        if pw is None:
+            return None
+        for part, arr in (("q", pw.qt), ("scale", pw.st), ("offset", pw.ot)):  # tiled (packed.py)
+            np.save(folder / f"{name}.{part}.npy", arr)
+        return {"block": pw.block, "rows": pw.shape[0], "type": tensor.tensor_type.name}
 
-    reader = open_gguf(path)
-    config = config_from_gguf(reader, path)
     with building_folder(out_dir, "packed.json") as tmp:
-        (tmp / "weights").mkdir()
-        manifest, seen = {}, set()
-        for t in tqdm(reader.tensors, desc=f"packing {Path(path).name}", disable=not progress, leave=False):
-            name = gguf_to_hf_name(t.name)
-            if name is None:
-                continue  # e.g. rope_freqs: not used by Qwen2
-            seen.add(name)
-            pw = pack_tensor(t, path)
-            if pw is None:
-                np.save(tmp / "weights" / f"{name}.npy", dequantize_tensor(t, path))
-                continue
-            for part, arr in (("q", pw.qt), ("scale", pw.st), ("offset", pw.ot)):  # tiled (packed.py)
-                np.save(tmp / f"{name}.{part}.npy", arr)
-            manifest[name] = {"block": pw.block, "rows": pw.shape[0], "type": t.tensor_type.name}
-        _check_complete(seen, config, path)
-        (tmp / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
-        tokenizer_files_from_gguf(reader, tmp)
+        manifest = fill_cache_folder(path, tmp, progress, "packing", store)
         (tmp / "packed.json").write_text(json.dumps({"format": PACKED_FORMAT, "tensors": manifest}, indent=1))
-        del reader
 
 
 def load_packed(path: Union[str, Path], cache_dir: Optional[Union[str, Path]] = None,
