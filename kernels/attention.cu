@@ -131,21 +131,6 @@ __device__ __forceinline__ void merge_splits(const float (&mv)[ATT_CG], const fl
   M = gm;
 }
 
-// Thread-block clusters (sm_90): the blocks of one cluster read each other's shared memory.
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ float ld_cluster(const float* p, int rank) {  // *p in block `rank`'s shared memory
-  float v = 0.f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned int local = (unsigned int)__cvta_generic_to_shared(p), remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote));
-#endif
-  return v;
-}
 
 // attn_cluster_*: the nsplit blocks of one head group form a cluster (nsplit <= 16). Each block leaves
 // its split (m, l in s_m / s_l, the accumulator rows in the tile) in shared memory; after a cluster

@@ -2,13 +2,15 @@
 //
 // decode_advance: one thread. After a step over T tokens whose greedy next ids are next_ids[0..T):
 //   history[*pos + T] = next_ids[T-1] (when history is non-null and the index < hist_len),
-//   tokens[0] = next_ids[T-1] (the next step's input), *pos += T.
+//   tokens[0] = next_ids[T-1] (the next step's input), *pos += T, and when rng is not null
+//   rng[1] += ndraw (the sampler's counter, kernels/sampling.cu: the step drew ndraw uniforms).
 // set_pos: *pos = value (a kernel, so it can sit inside a captured graph or a stream).
 // Launch: grid (1), block (1).
 #include "common.cuh"
 
 extern "C" {
-__global__ void decode_advance(int* pos, i64* tokens, const i64* next_ids, i64* history, int T, int hist_len) {
+__global__ void decode_advance(int* pos, i64* tokens, const i64* next_ids, i64* history, int T, int hist_len,
+                               unsigned long long* rng, int ndraw) {
   pdl_wait();
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   int p = *pos + T;
@@ -16,6 +18,7 @@ __global__ void decode_advance(int* pos, i64* tokens, const i64* next_ids, i64* 
   if (history && p < hist_len) history[p] = nxt;
   tokens[0] = nxt;
   *pos = p;
+  if (rng) rng[1] += (unsigned long long)ndraw;
 }
 __global__ void set_pos(int* pos, int value) {
   if (threadIdx.x == 0 && blockIdx.x == 0) *pos = value;

@@ -71,7 +71,8 @@ if has tests; then
   (
     log "pytest GPU tests"
     timeout 330 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_attention.py tests/test_cuda_compile.py \
-      tests/test_cuda_import.py tests/test_cuda_kernels.py tests/test_cuda_model.py tests/test_cuda_ops.py -rfs 2>&1 | tail -40
+      tests/test_cuda_import.py tests/test_cuda_kernels.py tests/test_cuda_model.py tests/test_cuda_ops.py \
+      tests/test_cuda_sampling.py -rfs 2>&1 | tail -40
     log "pytest core ops on CUDA"
     timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_core_ops.py -k 'cuda or gpu or Cuda' 2>&1 | tail -8
     log "pytest PDL"

@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .cuda_blas import CUDA_R_16BF, CUDA_R_32F, cublas
-from .cuda_launch import ATT_CLUSTER_MAX, ATT_RMAX, argmax_plan
+from .cuda_launch import ATT_CLUSTER_MAX, ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan
 from .cuda_pdl import PdlLauncher
 from .cuda_runtime import get_cupy, kernels
 
@@ -158,6 +158,7 @@ class CudaDecoder:
         if D % 2 or D > 256 or Hq % Hkv:
             raise ValueError(f"unsupported attention shape: {Hq} heads of {D}, {Hkv} kv heads")
         self.H, self.I, self.V, self.Hq, self.Hkv, self.D = H, I, V, Hq, Hkv, D
+        self.nv = V  # candidate tokens: the first nv logits (limit_vocab); logits rows have nv columns
         self.L = cfg.num_hidden_layers
         self.max_len, self.max_tokens = max_len, max_tokens
         self.eps = float(cfg.rms_norm_eps)
@@ -216,6 +217,17 @@ class CudaDecoder:
         self.ws_l = cp.zeros(Hq * T * self.nsplit, cp.float32)
         self.ws_acc = cp.zeros(Hq * T * self.nsplit * D, cp.float32)
         self.counter = cp.zeros(1, cp.uint32)  # grid-wide ticket of the resnorm GEMVs (0 between launches)
+        # sampling (kernels/sampling.cu): None = greedy (argmax), else (1 / temperature, top_k, top_p);
+        # rng = [seed, counter] on the device; probs = a ring of filtered probability rows (the draft's q
+        # rows of a speculative round, or the target's p rows of a verify step)
+        self.sampling: Optional[tuple] = None
+        self.rng = cp.zeros(2, cp.uint64)
+        self.Q = T
+        cc = int(cp.cuda.Device().compute_capability)
+        self.sample_cluster = SAMPLE_CLUSTER if cc >= 90 else 1  # blocks that share one row's sampling
+        self.probs = cp.zeros((T, V), cp.float32)
+        self.spec_out = cp.zeros(T + 2, cp.int64)  # a speculative round's [n, accepted drafts, next]
+        self.graph_refs: Dict[Any, Any] = {}  # objects whose device buffers a captured graph uses
         self.blas = cublas()
         if pdl is None:
             pdl = int(cp.cuda.Device().compute_capability) >= 90
@@ -371,13 +383,23 @@ class CudaDecoder:
                 delta = self._gemm_resid(self.act, lw["down"], self.down, T, H, I, nw=nexts[li])
         r0 = 0 if all_logits else T - 1
         rows = T - r0
-        self._normed_proj(delta, self.final_norm, self.lm_head, T, self.V, r0=r0, yf=self.logits)
-        nch, chunk = argmax_plan(self.V)
-        k.launch("argmax_partial_f32", (nch, rows), (256,), (self.logits, self.am_v, self.am_i, i32(self.V), i32(chunk)))
-        k.launch("argmax_final", (rows,), (128,), (self.am_v, self.am_i, self.next_ids[r0:T], i32(nch)))
+        self._normed_proj(delta, self.final_norm, self.lm_head, T, self.nv, r0=r0, yf=self.logits)
+        if self.sampling is None:
+            nch, chunk = argmax_plan(self.nv)
+            k.launch("argmax_partial_f32", (nch, rows), (256,), (self.logits, self.am_v, self.am_i, i32(self.nv), i32(chunk)))
+            k.launch("argmax_final", (rows,), (128,), (self.am_v, self.am_i, self.next_ids[r0:T], i32(nch)))
+        else:  # a step of one sampled row draws the next token; a verify step (all rows) writes p rows only
+            inv_t, top_k, top_p = self.sampling
+            z, V = np.uint64(0), self.nv
+            draw = not all_logits
+            C = self.sample_cluster
+            k.launch("sample_f32", (C, rows), (SAMPLE_THREADS,),
+                     (self.logits, np.int64(V), self.probs, np.int64(V), i32(self.Q), self.pos if draw else z,
+                      i32(r0), i32(V), np.float32(inv_t), i32(top_k), np.float32(top_p),
+                      self.next_ids[r0:T] if draw else z, self.rng), cluster=(C, 1, 1) if C > 1 else None)
         if advance:
             k.launch("decode_advance", (1,), (1,), (self.pos, self.tokens, self.next_ids, self.history, i32(T),
-                                                   i32(self.history.size)))
+                                                   i32(self.history.size), self.rng, i32(self.sampling is not None)))
 
     # ------------------------------------------------------------------ host API
     def set_position(self, p: int) -> None:
@@ -398,30 +420,59 @@ class CudaDecoder:
             self.replay(T, all_logits, advance) if graph else self._step(T, all_logits, advance)
         return self.next_ids[:T]
 
+    def limit_vocab(self, n: int) -> None:
+        """Pick tokens among the first n logits only (a draft and a target whose checkpoints pad their
+        vocabularies differently; the tokenizer's size): the LM head computes n rows. Drops the
+        captured graphs when n changes."""
+        if not 1 <= n <= self.V:
+            raise ValueError(f"vocabulary limit {n} outside 1..{self.V}")
+        if n != self.nv:
+            self.nv = n
+            self.graphs.clear()
+            self.graph_refs.clear()
+
+    def set_sampling(self, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> None:
+        """How the following steps pick tokens: temperature 0 = argmax (greedy), else sampled on the
+        device (kernels/sampling.cu) from the seeded counter-based generator, whose counter restarts
+        at 0 here (same seed, same draws). Graphs are captured per setting."""
+        if temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
+            raise ValueError(f"bad sampling settings: temperature {temperature}, top_k {top_k}, top_p {top_p}")
+        self.sampling = None if temperature == 0 else (1.0 / float(temperature), int(top_k), float(top_p))
+        with self.stream:
+            self.rng.set(np.array([int(seed), 0], np.uint64), stream=self.stream)
+
     def replay(self, T: int, all_logits: bool = True, advance: bool = True) -> None:
         """Launch the captured graph for this step shape (capturing it on first use)."""
-        key = (T, all_logits, advance)
+        self.graph((T, all_logits, advance, self.sampling), lambda: self._step(T, all_logits, advance),
+                   lambda: self._step(T, all_logits, False))
+
+    def graph(self, key: Any, enqueue: Any, warm: Any, kernel_names: tuple = ()) -> None:
+        """Launch the CUDA graph stored under key; on first use capture enqueue() after one eager
+        warm(), which must leave the decoder's state as it was except for cache entries at and after
+        the position (it loads the kernel modules and lets cuBLAS pick its algorithms), and after
+        loading kernel_names (kernels that enqueue launches but warm does not)."""
         g = self.graphs.get(key)
         if g is None:
-            g = self.graphs[key] = self.capture(T, all_logits, advance)
+            for name in kernel_names:
+                self.k.get(name)
+            with self.stream:
+                p = int(self.pos.get()[0])
+                warm()
+                self.blas.sync_stream()
+                self.stream.synchronize()
+                self.stream.begin_capture()
+                try:
+                    enqueue()
+                finally:
+                    g = self.stream.end_capture()
+                self.set_position(p)
+            self.graphs[key] = g
         g.launch(self.stream)
 
-    def capture(self, T: int, all_logits: bool, advance: bool) -> Any:
-        """Capture one step as a CUDA graph (kernels loaded and cuBLAS warmed up first)."""
-        cp = self.cp
-        with self.stream:
-            p = int(self.pos.get()[0])
-            self._step(T, all_logits, False)  # warm-up: loads modules, lets cuBLAS pick algorithms
-            self.blas.sync_stream()
-            self.stream.synchronize()
-            self.stream.begin_capture()
-            try:
-                self._step(T, all_logits, advance)
-            finally:
-                g = self.stream.end_capture()
-            self.set_position(p)
-        del cp
-        return g
+    def share_stream(self, other: "CudaDecoder") -> None:
+        """Run on other's stream from now on (a draft and its target: the verify step then follows the
+        draft steps in order, with no host synchronisation between them)."""
+        self.stream = other.stream
 
     def prefill(self, prompt: List[int], chunk: Optional[int] = None) -> int:
         """Run the prompt from position 0; returns the greedy next token."""

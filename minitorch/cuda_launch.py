@@ -344,6 +344,9 @@ def attention_splits(kmax: int, blocks_base: int, sms: int = 132) -> Tuple[int, 
     return kb, max(1, math.ceil(kmax / kb))
 
 
+SAMPLE_THREADS = 512  # kernels/sampling.cu: threads a block (a row is one cluster of such blocks)
+SAMPLE_CLUSTER = 16  # blocks a row on devices with thread-block clusters (sm_90); 1 elsewhere
+
 ATT_CLUSTER_MAX = 16  # splits a cluster may hold (more than 8: the non-portable cluster size, sm_90)
 
 

@@ -4,10 +4,12 @@ our kernels + cuBLAS, CUDA-graph steps), for random weights of a named real shap
 Prints, per shape: prefill time, decode tokens/s, achieved GB/s and the share of the measured
 copy-bandwidth bound; the time of a verify step over gamma+1 tokens (gamma = 1..8) relative to a
 one-token decode step; optionally transformers eager / static-cache + torch.compile on the same
-shapes, and speculative decoding with forced acceptance patterns (every draft accepted / none).
+shapes, decoding with sampling on the device (--sampling), and speculative decoding (--spec): forced
+acceptance patterns (every draft accepted / none) and the engine itself (minitorch/generation/cuda.py).
 
   python project/bench_throughput.py                                  # 1.5B and 7B shapes
   python project/bench_throughput.py --shape r1-distill-qwen-7b --baselines all --spec
+  python project/bench_throughput.py --spec --sampling --gammas 1 2 4 8
 """
 from __future__ import annotations
 
@@ -161,6 +163,19 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
     base = time_graph(cp, dec, 1)
     res["step_ms"] = base * 1e3
     res["verify_ratio"] = {g: time_graph(cp, dec, g + 1) / base for g in range(1, 9)}
+    if args.sampling:  # the same decode with sampling on the device (kernels/sampling.cu) instead of argmax
+        greedy = res["tok_s_sync_each"]
+        for label, setting in SAMPLING_SETS.items():
+            dec.set_sampling(*setting, seed=0)
+            dec.prefill(prompt)
+            dec.decode(4)  # captures the sampled decode graph
+            dec.prefill(prompt)
+            t1 = time.perf_counter()
+            dec.decode(args.new - 1)
+            res[f"tok_s_sampled_{label}"] = (args.new - 1) / (time.perf_counter() - t1)
+        dec.set_sampling()
+        print(f"[{name}] sampled decode (token read back every step): " + ", ".join(
+            f"{label} {res[f'tok_s_sampled_{label}']:.1f}" for label in SAMPLING_SETS) + f" tokens/sec; greedy {greedy:.1f}")
     if args.profile:
         for T in (1, 5):
             prof = profile_step(cp, dec, T)
@@ -178,6 +193,35 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
           ", ".join(f"g={g}: {r:.2f}x" for g, r in res["verify_ratio"].items()))
     res["decoder"] = dec
     return res
+
+
+SAMPLING_SETS = {"t1": (1.0, 0, 1.0), "t0.7_topp0.9": (0.7, 0, 0.9), "topk50": (1.0, 50, 1.0)}
+
+
+def bench_engine(target: Any, draft: Any, args: argparse.Namespace) -> List[Dict[str, Any]]:
+    """The speculative engine itself (minitorch/generation/cuda.py: device acceptance, one read-back a
+    round) on random weights: the two models disagree, so nearly every draft is rejected and a round
+    emits one token, the same work as the forced "none accepted" pattern of bench_spec."""
+    import numpy as np
+
+    from minitorch.generation import SamplingConfig
+    from minitorch.generation.cuda import speculative_generate_cuda
+
+    prompt = [int(x) for x in np.random.default_rng(0).integers(0, target.V, args.prompt)]
+    out = []
+    for label, cfg in (("greedy", SamplingConfig()), ("t1", SamplingConfig(temperature=1.0))):
+        for gamma in args.gammas:
+            speculative_generate_cuda(target, draft, prompt, 16, cfg, gamma=gamma)  # captures the graphs
+            st = speculative_generate_cuda(target, draft, prompt, 128, cfg, gamma=gamma).stats
+            decode_s = st["time_total"] - st["time_prefill"]
+            tps = st["new_tokens"] / decode_s
+            per = {k: st[f"time_{k}"] / st["rounds"] * 1e3 for k in ("draft", "verify")}
+            out.append(dict(sampling=label, gamma=gamma, tok_s=tps, alpha=st["alpha"],
+                            round_ms=decode_s / st["rounds"] * 1e3, draft_ms=per["draft"], verify_ms=per["verify"]))
+            print(f"[spec engine 7B<-1.5B] {label} gamma={gamma}: {tps:.1f} tokens/sec after the prompt, alpha "
+                  f"{st['alpha']:.3f}, {decode_s / st['rounds'] * 1e3:.2f} ms a round (GPU: draft steps "
+                  f"{per['draft']:.2f} ms, verify + acceptance {per['verify']:.2f} ms)")
+    return out
 
 
 def bench_spec(target: Any, draft: Any, args: argparse.Namespace) -> List[Dict[str, Any]]:
@@ -270,6 +314,8 @@ def main(argv: List[str] | None = None) -> int:
                     help="also time transformers eager ('eager') and static cache + torch.compile ('all')")
     ap.add_argument("--spec", action="store_true", help="speculative decoding 7B target <- 1.5B draft, forced patterns")
     ap.add_argument("--gammas", type=int, nargs="+", default=[4], help="draft lengths for --spec (default 4)")
+    ap.add_argument("--sampling", action="store_true",
+                    help="also time decoding with sampling on the device (temperature 1; 0.7 + top-p 0.9; top-k 50)")
     ap.add_argument("--gemv", choices=["ours", "ours1", "cublas"], default="ours1",
                     help="products of decode/verify steps: our bf16 GEMV for one-token steps and cuBLAS "
                          "for verify steps (ours1, default), ours for steps of <= 16 tokens (ours), or "
@@ -353,6 +399,7 @@ def main(argv: List[str] | None = None) -> int:
             cp.get_default_memory_pool().free_all_blocks()
     if args.spec and not args.baselines_only:
         results["spec"] = bench_spec(decs["r1-distill-qwen-7b"], decs["r1-distill-qwen-1.5b"], args)
+        results["spec_engine"] = bench_engine(decs["r1-distill-qwen-7b"], decs["r1-distill-qwen-1.5b"], args)
         c = results["shapes"]["r1-distill-qwen-1.5b"]["step_ms"] / results["shapes"]["r1-distill-qwen-7b"]["step_ms"]
         results["cost_ratio_c"] = c
         print(f"[spec] measured cost ratio c = draft step / target step = {c:.3f}")

@@ -43,8 +43,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="who proposes tokens: the draft model, or prompt lookup (n-gram match, no second model)")
     g.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
                    help="where the models run: cpu (numba) or cuda (our kernels; needs a GPU and CuPy)")
-    g.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                   help="weight/activation dtype (bfloat16 on cuda only; default float32)")
+    g.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                   help="auto (default): float32 on the cpu; on cuda bfloat16 through the CUDA-graph decoder "
+                        "(minitorch/cuda_decode.py: sampling and acceptance on the device). float32 on cuda: the "
+                        "generic op-by-op CUDA backend")
+    g.add_argument("--fast-verify", action="store_true",
+                   help="cuda: verify drafts with cuBLAS tensor cores (cheaper verify steps; a near-tie between two "
+                        "logits may then resolve differently than in the target-alone run). Default: our GEMV, whose "
+                        "verify steps reproduce the decode steps' logits bit for bit")
     g.add_argument("--weights", choices=("auto", "packed", "float32"), default="auto",
                    help="packed: a GGUF's tensors kept as the file's int8 codes + block scales (same values, ~1/3 "
                         "of the memory, faster on the cpu); float32: expanded to float32; auto (default): packed "
@@ -87,6 +93,13 @@ def check_spec_args(args: argparse.Namespace) -> None:
         raise UserError(f"--draft-vocab must be >= 0, got {args.draft_vocab}")
     if args.backend != "cuda" and args.dtype == "bfloat16":
         raise UserError("--dtype bfloat16 needs --backend cuda")
+    if graph_decoders(args) and getattr(args, "draft_vocab", 0):
+        raise UserError("--draft-vocab is not available on the cuda graph path (use --backend cpu or --dtype float32)")
+
+
+def graph_decoders(args: argparse.Namespace) -> bool:
+    """Whether the flags ask for the CUDA-graph decoders (--backend cuda with --dtype auto or bfloat16)."""
+    return args.backend == "cuda" and getattr(args, "dtype", "auto") != "float32"
 
 
 def get_backend(name: str) -> Any:
@@ -114,34 +127,88 @@ class Models:
     stop_ids: set[int]
     load_seconds: float
     draft_vocab: int = 0  # --draft-vocab (0: the whole shared vocabulary)
+    on_gpu_graphs: bool = False  # target and draft are CudaDecoders (minitorch/generation/cuda.py runs them)
 
     def make_drafter(self, kind: str, draft_vocab: int | None = None) -> Any:
-        """A fresh drafter of the given kind ("model" or "ngram"); draft_vocab overrides --draft-vocab."""
+        """A fresh drafter of the given kind ("model" or "ngram"); draft_vocab overrides --draft-vocab.
+        On the CUDA-graph path the drafter of "model" is the draft decoder itself."""
         if kind == "ngram":
             return NGramDrafter()
         if self.draft is None:
             raise UserError("no draft model is loaded (started with --drafter ngram)")
+        if self.on_gpu_graphs:
+            return self.draft
         n = self.draft_vocab if draft_vocab is None else draft_vocab
         return ModelDrafter(self.draft, self.vocab_size, head_vocab=n or None)
+
+    def functions(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """(generate, speculative_generate) for these models: the CPU engine's, or the CUDA-graph
+        path's (same arguments and results)."""
+        if self.on_gpu_graphs:
+            from minitorch.generation.cuda import generate_cuda, speculative_generate_cuda
+
+            return generate_cuda, speculative_generate_cuda
+        from minitorch.generation import generate, speculative_generate
+
+        return generate, speculative_generate
 
 
 def load_models(args: argparse.Namespace, need_draft: bool | None = None, progress: bool = True) -> Models:
     """Load the target (and the draft unless --drafter ngram), check the pair is compatible."""
     from minitorch.models import check_compatible, load_model
 
+    if graph_decoders(args):
+        return load_gpu_decoders(args, need_draft, progress)
     backend = get_backend(args.backend)
     t0 = time.perf_counter()
     weights = getattr(args, "weights", "auto")
-    target, tok = load_model(args.target, backend=backend, dtype=args.dtype, progress=progress, weights=weights)
+    dtype = "float32" if args.dtype == "auto" else args.dtype
+    target, tok = load_model(args.target, backend=backend, dtype=dtype, progress=progress, weights=weights)
     draft = None
     vocab = min(int(target.config.vocab_size), int(tok.vocab_size))
     if need_draft if need_draft is not None else args.drafter == "model":
-        draft, draft_tok = load_model(args.draft, backend=backend, dtype=args.dtype, progress=progress, weights=weights)
+        draft, draft_tok = load_model(args.draft, backend=backend, dtype=dtype, progress=progress, weights=weights)
         check_compatible(draft_tok, tok)
         vocab = min(vocab, int(draft.config.vocab_size), int(draft_tok.vocab_size))
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab,
                   stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0,
                   draft_vocab=getattr(args, "draft_vocab", 0))
+
+
+GPU_MAX_LEN = 32768  # cache positions of a CUDA-graph decoder (at most the model's own context)
+
+
+def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, progress: bool = True) -> Models:
+    """--backend cuda: each model read on the CPU in float32, then held on the GPU in bf16 by a
+    CudaDecoder (graph-captured steps, our GEMV, sampling on the device)."""
+    from minitorch import FastBackend
+    from minitorch.cuda_runtime import CudaUnavailableError, get_cupy
+    from minitorch.models import check_compatible, load_model
+
+    try:
+        get_cupy()
+    except (CudaUnavailableError, ImportError) as e:
+        raise UserError(f"--backend cuda needs a GPU: {e}") from None
+    from minitorch.cuda_decode import CudaDecoder, weights_from_model
+
+    t0 = time.perf_counter()
+    gemv = "ours1" if getattr(args, "fast_verify", False) else "ours"
+
+    def decoder(name: str) -> tuple[Any, Any]:
+        model, tok = load_model(name, backend=FastBackend, dtype="float32", progress=progress, weights="float32")
+        limit = int(getattr(model.config, "max_position_embeddings", 0) or GPU_MAX_LEN)
+        dec = CudaDecoder(model.config, weights_from_model(model), max_len=min(limit, GPU_MAX_LEN), gemv=gemv)
+        dec.config = model.config
+        return dec, tok
+
+    target, tok = decoder(args.target)
+    draft = None
+    if need_draft if need_draft is not None else args.drafter == "model":
+        draft, draft_tok = decoder(args.draft)
+        check_compatible(draft_tok, tok)
+    vocab = min(target.V, draft.V if draft is not None else target.V, int(tok.vocab_size))
+    return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab, stop_ids=set(tok.stop_token_ids),
+                  load_seconds=time.perf_counter() - t0, on_gpu_graphs=True)
 
 
 def warm_up(models: Models) -> None:
@@ -150,6 +217,14 @@ def warm_up(models: Models) -> None:
     generation happens to run first."""
     from minitorch import no_grad
 
+    if models.on_gpu_graphs:  # capture the decode, draft and verify graphs (greedy, gamma 4)
+        generate, speculative = models.functions()
+        for dec in (models.target, models.draft):
+            if dec is not None:
+                generate(dec, [0, 1, 2], 3, vocab_size=models.vocab_size)
+        if models.draft is not None:
+            speculative(models.target, models.draft, [0, 1, 2], 12, gamma=4, vocab_size=models.vocab_size)
+        return
     with no_grad():
         for model in (models.target, models.draft):
             if model is not None:

@@ -44,9 +44,13 @@ def add_engine_args(p: argparse.ArgumentParser, default_max_new_tokens: int) -> 
 
 
 def engine_generators(target: Any, drafter: Any, stop_ids: Sequence[int], cfg: Any, gamma: int,
-                      adaptive: bool, vocab_size: int) -> dict[str, Any]:
-    """Generators for the "spec" and "target" modes around one loaded target and drafter."""
+                      adaptive: bool, vocab_size: int, functions: Any = None) -> dict[str, Any]:
+    """Generators for the "spec" and "target" modes around one loaded target and drafter;
+    functions = (generate, speculative_generate) of another engine (default: the CPU engine's)."""
     from minitorch.generation import generate, speculative_generate
+
+    if functions is not None:
+        generate, speculative_generate = functions
 
     def spec(prompt_ids: list[int], max_new_tokens: int, seed: int) -> Any:
         log = RoundLog()
@@ -71,7 +75,7 @@ def load_engine(args: argparse.Namespace, modes: Sequence[str]) -> Engine:
     models = load_models(args)
     stop_ids = sorted(models.stop_ids)
     gens = engine_generators(models.target, models.make_drafter(args.drafter), stop_ids, cfg, args.gamma,
-                             args.adaptive_gamma, models.vocab_size)
+                             args.adaptive_gamma, models.vocab_size, functions=models.functions())
     if any(m.startswith("hf_") for m in modes):
         from evaluation_hf import hf_generators
 

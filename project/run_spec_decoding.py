@@ -24,7 +24,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # minitorch from t
 from cli_common import (
     Models, OneLineParser, UserError, add_model_args, add_sampling_args, add_spec_args, check_spec_args,
     encode_prompt, load_models, run_cli, sampling_from_args, warm_up)
-from minitorch.generation import GenerationResult, SamplingConfig, generate, speculative_generate
+from minitorch.generation import GenerationResult, SamplingConfig
 from minitorch.generation.stats import cost_model_speedup, forward_times
 
 DEFAULT_PROMPT = (
@@ -104,6 +104,7 @@ def decode(tok: Any, ids: list[int], stop_ids: set[int]) -> str:
 
 def run_one(kind: str, models: Models, s: Settings, ids: list[int], on_tokens: Any = None) -> GenerationResult:
     """One generation: "spec" (speculative), "target" or "draft" (autoregressive)."""
+    generate, speculative_generate = models.functions()
     if kind == "spec":
         return speculative_generate(models.target, models.make_drafter(s.drafter), ids, s.max_new_tokens, s.cfg,
                                     models.stop_ids, gamma=s.gamma, adaptive_gamma=s.adaptive,

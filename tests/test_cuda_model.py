@@ -192,7 +192,7 @@ SPEC_MODES = [dict(gemv="ours"), dict(gemv="ours", fuse_norm=True), dict(gemv="o
                                                   "ours-exact-cluster-qkvepi"])
 @pytest.mark.parametrize("gamma", [1, 4, 7])
 def test_greedy_speculative_equals_greedy_on_gpu(gamma, mode):
-    from minitorch.cuda_spec import greedy_generate, greedy_speculative
+    from minitorch.generation.cuda import generate_cuda, speculative_generate_cuda
 
     _, wt = build(CONFIGS[0], FastBackend, seed=1)
     draft_kw = dict(CONFIGS[0], hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
@@ -200,11 +200,11 @@ def test_greedy_speculative_equals_greedy_on_gpu(gamma, mode):
     _, wd = build(draft_kw, FastBackend, seed=2)
     target = decoder_of(CONFIGS[0], wt, **mode)
     prompt = [5, 17, 42, 8, 1, 30]
-    ar = greedy_generate(target, prompt, 40)
+    ar = generate_cuda(target, prompt, 40).tokens
     same = decoder_of(CONFIGS[0], wt, **mode)  # the target as its own draft: every token accepted
-    spec, st = greedy_speculative(target, same, prompt, 40, gamma=gamma)
-    assert spec == ar and st["alpha"] == 1.0
+    res = speculative_generate_cuda(target, same, prompt, 40, gamma=gamma)
+    assert res.tokens == ar and res.stats["alpha"] == 1.0
     other = decoder_of(draft_kw, wd, **mode)  # an unrelated draft: mostly rejected
-    spec2, st2 = greedy_speculative(target, other, prompt, 40, gamma=gamma)
-    assert spec2 == ar
-    assert st2["alpha"] < 1.0
+    res2 = speculative_generate_cuda(target, other, prompt, 40, gamma=gamma)
+    assert res2.tokens == ar
+    assert res2.stats["alpha"] < 1.0

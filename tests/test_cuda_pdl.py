@@ -63,15 +63,15 @@ def test_pdl_decoder_bitwise_equals_plain_launches(gemv, norm):
 
 
 def test_pdl_greedy_speculative_equals_greedy():
-    from minitorch.cuda_spec import greedy_generate, greedy_speculative
+    from minitorch.generation.cuda import generate_cuda, speculative_generate_cuda
 
     w = weights(CFG, seed=8)
     draft_cfg = dict(CFG, hidden_size=32, intermediate_size=64, num_attention_heads=2, num_hidden_layers=1)
     wd = weights(draft_cfg, seed=9)
     target = decoder(CFG, w, gemv="ours", pdl=True)
     prompt = [4, 8, 15, 16, 23, 42]
-    ar = greedy_generate(target, prompt, 40)
-    ref = greedy_generate(decoder(CFG, w, gemv="ours"), prompt, 40)
+    ar = generate_cuda(target, prompt, 40).tokens
+    ref = generate_cuda(decoder(CFG, w, gemv="ours"), prompt, 40).tokens
     assert ar == ref
-    spec, st = greedy_speculative(target, decoder(draft_cfg, wd, gemv="ours", pdl=True), prompt, 40, gamma=4)
-    assert spec == ar and st["alpha"] < 1.0
+    res = speculative_generate_cuda(target, decoder(draft_cfg, wd, gemv="ours", pdl=True), prompt, 40, gamma=4)
+    assert res.tokens == ar and res.stats["alpha"] < 1.0

@@ -118,7 +118,7 @@ def test_interactive_ctrl_c_during_generation_returns_to_prompt(fake_models, cap
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(prog, "speculative_generate", interrupted)
+    monkeypatch.setattr(prog, "run_one", interrupted)
     assert prog.main(["--interactive"]) == 0
     assert "interrupted" in capsys.readouterr().out
 

@@ -68,6 +68,41 @@ __device__ __forceinline__ float block_max(float v, float* buf) {
   return warp_max(v);
 }
 
+// Thread-block clusters (sm_90): the blocks of one cluster read each other's shared memory. Before
+// sm_90 (or launched without clusters) a block is a cluster of one: rank 0 of size 1.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __syncthreads();
+#endif
+}
+__device__ __forceinline__ float ld_cluster(const float* p, int rank) {  // *p in block `rank`'s shared memory
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  float v;
+  unsigned int local = (unsigned int)__cvta_generic_to_shared(p), remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote));
+  return v;
+#else
+  return *p;
+#endif
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return r;
+}
+__device__ __forceinline__ unsigned cluster_size() {
+  unsigned n = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+#endif
+  return n;
+}
+
 // Strided index: position `i` in a row-major walk of `shape` -> element offset under `strides`.
 __device__ __forceinline__ i64 strided_offset(i64 i, int nd, const i64* shape, const i64* strides) {
   i64 off = 0;

@@ -91,7 +91,8 @@ def logits_to_probs(row: np.ndarray, cfg: SamplingConfig) -> np.ndarray:
 
 
 def _top_p_filter(probs: np.ndarray, top_p: float) -> np.ndarray:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one), renormalize.
+    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one; of equally
+    likely tokens the lower ids first), renormalize.
 
     Only the head of the distribution is sorted: the k most likely tokens (k doubling from 64) are
     picked with argpartition until their mass reaches top_p, since the nucleus lies inside them.
@@ -103,6 +104,9 @@ def _top_p_filter(probs: np.ndarray, top_p: float) -> np.ndarray:
         if k == v or probs[head].sum() >= top_p:
             break
         k = min(4 * k, v)
+    # every token as likely as the head's least likely one too, in token-id order: ties at the nucleus
+    # edge are then kept lower ids first whatever order argpartition left them in (the device does the same)
+    head = np.flatnonzero(probs >= probs[head].min())
     order = head[np.argsort(-probs[head], kind="stable")]
     cum = np.cumsum(probs[order])
     # number kept: first index where the cumulative mass reaches top_p, inclusive

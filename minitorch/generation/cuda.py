@@ -1,0 +1,215 @@
+"""Generation on the GPU fast path: autoregressive and speculative decoding over `CudaDecoder`s
+(minitorch/cuda_decode.py). Every step is a replayed CUDA graph; sampling and the acceptance test run
+on the device (kernels/sampling.cu); the host reads back token ids only.
+
+Same rules, arguments and results as the CPU engine (autoregressive.py, speculative.py): a
+SamplingConfig (greedy, temperature, top-k, top-p, seed), stop tokens and max_new_tokens cut exactly,
+the same statistics. One speculative round is:
+
+    draft:   gamma replays of the draft's one-token graph (its first step feeds [d_gamma, bonus] after a
+             fully accepted round: two tokens), each ending in the draft's argmax or sampled token and,
+             when sampling, its probability row q kept in a ring
+    verify:  one graph = copy the draft's tokens into the target's input (device to device), the target
+             step over [pending, d_1..d_gamma], its argmax or filtered probability rows p, and spec_accept:
+             the acceptance rule, the correction / bonus draw, both caches' positions rolled to the
+             accepted prefix, both decoders' next inputs written
+    read:    [n_accepted, d_1..d_n, next] back to the host: the round's only synchronisation
+
+Both decoders share one stream, so the verify step follows the draft steps without the host waiting.
+With the n-gram drafter the host writes the proposed tokens into the target's input instead, and the
+acceptance rule treats them as point masses (q = 1 at the proposed token).
+
+Exactness: greedy speculative output equals greedy autoregressive output when the verify step computes
+the decode steps' logits bit for bit (CudaDecoder(gemv="ours")); the faster default "ours1" verifies with
+cuBLAS, where a near-tie between two logits can resolve differently (minitorch/cuda_decode.py). Sampled
+runs follow the same acceptance rule as the CPU engine with the device's counter-based generator, so a
+seed reproduces a GPU run, not the CPU run's tokens.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..cuda_launch import SAMPLE_THREADS
+from .autoregressive import TokenCallback, emit
+from .sampling import SamplingConfig
+from .speculative import next_gamma
+from .stats import GenerationResult, SpecStats, Timer
+
+_DRAFT_STREAM = 1  # the draft's random numbers come from a second stream of the same seed
+
+
+def _check(dec: Any, prompt: list[int], max_new_tokens: int, extra: int) -> None:
+    """One clear ValueError for requests the decoder cannot hold."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not prompt:
+        raise ValueError("the prompt is empty: give at least one token")
+    if len(prompt) + max_new_tokens + extra > dec.max_len:
+        raise ValueError(f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the GPU "
+                         f"decoder's cache of {dec.max_len} positions (less {extra} for speculation)")
+
+
+def _set_sampling(dec: Any, cfg: SamplingConfig, stream: int) -> None:
+    seed = (int(cfg.seed) & (2 ** 63 - 1)) | (stream << 63)
+    dec.set_sampling(cfg.temperature, cfg.top_k, cfg.top_p, seed)
+
+
+def _prefill_all_but_last(dec: Any, prompt: list[int]) -> None:
+    """Cache every prompt token but the last, which becomes the next step's input (the CPU engine's
+    invariant: the cache holds the context except the pending token)."""
+    if len(prompt) > 1:
+        dec.prefill(prompt[:-1])
+    else:
+        dec.set_position(0)
+    with dec.stream:
+        dec.tokens[:1].set(np.asarray(prompt[-1:], np.int64), stream=dec.stream)
+
+
+def generate_cuda(dec: Any, prompt_ids: Sequence[int], max_new_tokens: int, cfg: SamplingConfig | None = None,
+                  stop_ids: Iterable[int] | None = None, vocab_size: int | None = None,
+                  on_tokens: TokenCallback | None = None) -> GenerationResult:
+    """Autoregressive generation on a CudaDecoder: the prompt but its last token, then one graph replay
+    per new token (the speculative path starts from the same cache, so greedy outputs match bit for bit).
+    vocab_size: candidate tokens are the first vocab_size logits (default: all of the decoder's)."""
+    cfg = cfg or SamplingConfig()
+    prompt = [int(t) for t in prompt_ids]
+    _check(dec, prompt, max_new_tokens, 1)
+    stops = set(int(s) for s in (stop_ids or ()))
+    dec.limit_vocab(min(dec.V, int(vocab_size or dec.V)))
+    _set_sampling(dec, cfg, 0)
+    timer = Timer()
+    t0 = time.perf_counter()
+    with timer("prefill"):
+        _prefill_all_but_last(dec, prompt)
+    out: list[int] = []
+    forwards, done = 0, False
+    while not done:
+        with timer("verify"):
+            dec.replay(1, all_logits=False, advance=True)
+            tok = int(dec.tokens[:1].get(stream=dec.stream)[0])
+        forwards += 1
+        _, done = emit([tok], out, max_new_tokens, stops)
+        if on_tokens is not None:
+            on_tokens([tok])
+    total = time.perf_counter() - t0
+    stats = {
+        "new_tokens": len(out),
+        "target_forwards": forwards,
+        "tau": 1.0,
+        "time_prefill": timer.get("prefill"),
+        "time_verify": timer.get("verify"),
+        "time_sample": 0.0,  # on the device, inside each step
+        "time_total": total,
+        "tokens_per_s": len(out) / total if total > 0 else 0.0,
+        "decode_tokens_per_s": forwards / timer.get("verify") if timer.get("verify") > 0 else 0.0,
+    }
+    return GenerationResult(tokens=out, stop_reason="stop" if out and out[-1] in stops else "length", stats=stats)
+
+
+def _verify(target: Any, draft: Any, g: int) -> None:
+    """Replay (capturing on first use) the verify graph for g drafts: gather, target step, accept."""
+    i32, i64, z = np.int32, np.int64, np.uint64(0)
+    sampled = target.sampling is not None
+    key = ("verify", g, id(draft), target.sampling, None if draft is None else draft.sampling)
+
+    def enqueue() -> None:
+        if draft is not None and g > 0:
+            target.k.launch("gather_drafts", (1,), (128,), (target.tokens, draft.history, draft.pos, i32(g)))
+        target._step(g + 1, True, False)
+        q = draft.probs if draft is not None and sampled else z
+        C = target.sample_cluster
+        target.k.launch("spec_accept", (C,), (SAMPLE_THREADS,),
+                        (target.probs if sampled else z, i64(target.nv), target.next_ids, q, i64(target.nv),
+                         i32(draft.Q if draft is not None else 1), draft.pos if draft is not None else z,
+                         target.tokens[1:], i32(g), i32(target.nv), target.pos, target.tokens,
+                         draft.tokens if draft is not None else z, target.spec_out, target.rng if sampled else z),
+                        cluster=(C, 1, 1) if C > 1 else None)
+
+    target.graph_refs[key] = draft  # the graph holds the draft's buffers: keep it alive with the graph
+    target.graph(key, enqueue, lambda: target._step(g + 1, True, False),
+                  kernel_names=("gather_drafts", "spec_accept"))
+
+
+def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[int], max_new_tokens: int,
+                              cfg: SamplingConfig | None = None, stop_ids: Iterable[int] | None = None,
+                              gamma: int = 4, adaptive_gamma: bool = False, vocab_size: int | None = None,
+                              on_tokens: TokenCallback | None = None) -> GenerationResult:
+    """Speculative generation with a CudaDecoder target and a CudaDecoder draft or a host drafter
+    (NGramDrafter: anything with `propose`). Output follows the target exactly (module docstring).
+    vocab_size: candidate tokens are the first vocab_size logits (default: the shared vocabulary, the
+    smaller of the two decoders' logit counts; checkpoints often pad theirs differently)."""
+    cfg = cfg or SamplingConfig()
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma (draft length) must be an integer >= 1, got {gamma!r}")
+    limit = target.max_tokens - 1 if not adaptive_gamma else min(target.max_tokens - 1, 16)
+    if gamma > target.max_tokens - 1:
+        raise ValueError(f"gamma must be at most {target.max_tokens - 1} (the target decoder's max_tokens - 1)")
+    prompt = [int(t) for t in prompt_ids]
+    draft = None if hasattr(drafter, "propose") else drafter
+    _check(target, prompt, max_new_tokens, limit + 1)
+    if draft is not None:
+        _check(draft, prompt, max_new_tokens, limit + 2)
+        if draft.max_tokens < 2 or (cfg.temperature > 0 and draft.Q < limit):
+            raise ValueError("the draft decoder's max_tokens is too small for this gamma")
+        draft.share_stream(target)
+    stops = set(int(s) for s in (stop_ids or ()))
+    vocab = min(target.V, draft.V if draft is not None else target.V, int(vocab_size or target.V))
+    target.limit_vocab(vocab)
+    if draft is not None:
+        draft.limit_vocab(vocab)
+    cp, stream = target.cp, target.stream
+    _set_sampling(target, cfg, 0)
+    if draft is not None:
+        _set_sampling(draft, cfg, _DRAFT_STREAM)
+    st = SpecStats()
+    t0 = time.perf_counter()
+    with st.timer("prefill"):
+        _prefill_all_but_last(target, prompt)
+        if draft is not None:
+            _prefill_all_but_last(draft, prompt)
+        else:
+            drafter.start(prompt, len(prompt) + max_new_tokens, target.V)
+        stream.synchronize()
+    events = [cp.cuda.Event() for _ in range(3)]
+    context = list(prompt)
+    out: list[int] = []
+    g_now, two, done = gamma, False, False
+    rng = cfg.make_rng()  # only for a host drafter's propose() signature
+    while not done:
+        g = min(g_now, max_new_tokens - len(out) - 1)  # a round emits at most g + 1 tokens
+        events[0].record(stream)
+        if draft is not None and g > 0:
+            draft.replay(2 if two else 1, all_logits=False, advance=True)
+            for _ in range(g - 1):
+                draft.replay(1, all_logits=False, advance=True)
+            st.draft_forwards += g
+        elif draft is None and g > 0:
+            drafts, _ = drafter.propose(context, g, cfg, rng)
+            g = len(drafts)
+            if g:
+                with stream:
+                    target.tokens[1:1 + g].set(np.asarray(drafts, np.int64), stream=stream)
+        events[1].record(stream)
+        _verify(target, draft, g)
+        events[2].record(stream)
+        res = target.spec_out[:g + 2].get(stream=stream)  # waits for the round
+        st.timer.seconds["draft"] = st.timer.get("draft") + cp.cuda.get_elapsed_time(events[0], events[1]) / 1e3
+        st.timer.seconds["verify"] = st.timer.get("verify") + cp.cuda.get_elapsed_time(events[1], events[2]) / 1e3
+        n = int(res[0])
+        n_emit, done = emit([int(t) for t in res[1:n + 2]], out, max_new_tokens, stops)
+        from_drafts = min(n_emit, n)
+        st.record_round(g, n, from_drafts, n_emit - from_drafts)
+        context.extend(out[len(out) - n_emit:])
+        if on_tokens is not None:
+            on_tokens(out[len(out) - n_emit:])
+        two = n == g
+        if adaptive_gamma:
+            g_now = min(next_gamma(g_now, g, n), limit)
+    stats = st.as_dict(time.perf_counter() - t0)
+    stats["gamma"] = gamma
+    stats["adaptive_gamma"] = adaptive_gamma
+    return GenerationResult(tokens=out, stop_reason="stop" if out and out[-1] in stops else "length", stats=stats)
