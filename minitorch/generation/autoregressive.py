@@ -106,8 +106,13 @@ def generate(model: Any, prompt_ids: Sequence[int], max_new_tokens: int,
         forwards += 1
         with timer("sample"):
             tok = next_token(row, cfg, rng)
-    total = time.perf_counter() - t0
-    stop_reason = "stop" if out and out[-1] in stops else "length"
+    return autoregressive_result(out, stops, forwards, timer, time.perf_counter() - t0)
+
+
+def autoregressive_result(out: list[int], stops: set[int], forwards: int, timer: Timer,
+                          total: float) -> GenerationResult:
+    """Tokens, stop reason and statistics of a generation that made one token per target forward
+    (timer phases: prefill, verify = the one-token forwards, sample)."""
     stats = {
         "new_tokens": len(out),
         "target_forwards": forwards,
@@ -119,4 +124,4 @@ def generate(model: Any, prompt_ids: Sequence[int], max_new_tokens: int,
         "tokens_per_s": len(out) / total if total > 0 else 0.0,
         "decode_tokens_per_s": forwards / timer.get("verify") if timer.get("verify") > 0 else 0.0,
     }
-    return GenerationResult(tokens=out, stop_reason=stop_reason, stats=stats)
+    return GenerationResult(tokens=out, stop_reason="stop" if out and out[-1] in stops else "length", stats=stats)

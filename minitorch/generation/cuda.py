@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..cuda_launch import SAMPLE_THREADS
-from .autoregressive import TokenCallback, emit
+from .autoregressive import TokenCallback, autoregressive_result, emit
 from .sampling import SamplingConfig
 from .speculative import next_gamma
 from .stats import GenerationResult, SpecStats, Timer
@@ -95,19 +95,7 @@ def generate_cuda(dec: Any, prompt_ids: Sequence[int], max_new_tokens: int, cfg:
         _, done = emit([tok], out, max_new_tokens, stops)
         if on_tokens is not None:
             on_tokens([tok])
-    total = time.perf_counter() - t0
-    stats = {
-        "new_tokens": len(out),
-        "target_forwards": forwards,
-        "tau": 1.0,
-        "time_prefill": timer.get("prefill"),
-        "time_verify": timer.get("verify"),
-        "time_sample": 0.0,  # on the device, inside each step
-        "time_total": total,
-        "tokens_per_s": len(out) / total if total > 0 else 0.0,
-        "decode_tokens_per_s": forwards / timer.get("verify") if timer.get("verify") > 0 else 0.0,
-    }
-    return GenerationResult(tokens=out, stop_reason="stop" if out and out[-1] in stops else "length", stats=stats)
+    return autoregressive_result(out, stops, forwards, timer, time.perf_counter() - t0)  # sampling: on the device
 
 
 def _verify(target: Any, draft: Any, g: int) -> None:
