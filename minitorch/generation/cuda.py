@@ -36,7 +36,7 @@ import numpy as np
 from ..cuda_launch import SAMPLE_THREADS
 from .autoregressive import TokenCallback, autoregressive_result, emit
 from .sampling import SamplingConfig
-from .speculative import next_gamma
+from .speculative import MAX_ADAPTIVE_GAMMA, next_gamma
 from .stats import GenerationResult, SpecStats, Timer
 
 _DRAFT_STREAM = 1  # the draft's random numbers come from a second stream of the same seed
@@ -133,9 +133,9 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     cfg = cfg or SamplingConfig()
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma (draft length) must be an integer >= 1, got {gamma!r}")
-    limit = target.max_tokens - 1 if not adaptive_gamma else min(target.max_tokens - 1, 16)
     if gamma > target.max_tokens - 1:
         raise ValueError(f"gamma must be at most {target.max_tokens - 1} (the target decoder's max_tokens - 1)")
+    limit = max(gamma, min(target.max_tokens - 1, MAX_ADAPTIVE_GAMMA)) if adaptive_gamma else gamma  # largest draft
     prompt = [int(t) for t in prompt_ids]
     draft = None if hasattr(drafter, "propose") else drafter
     _check(target, prompt, max_new_tokens, limit + 1)
@@ -160,7 +160,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         if draft is not None:
             _prefill_all_but_last(draft, prompt)
         else:
-            drafter.start(prompt, len(prompt) + max_new_tokens, target.V)
+            drafter.start(prompt, len(prompt) + max_new_tokens, vocab)
         stream.synchronize()
     events = [cp.cuda.Event() for _ in range(3)]
     context = list(prompt)
@@ -196,7 +196,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
             on_tokens(out[len(out) - n_emit:])
         two = n == g
         if adaptive_gamma:
-            g_now = min(next_gamma(g_now, g, n), limit)
+            g_now = min(next_gamma(g_now, g, n), limit)  # next_gamma stays within 1..MAX_ADAPTIVE_GAMMA
     stats = st.as_dict(time.perf_counter() - t0)
     stats["gamma"] = gamma
     stats["adaptive_gamma"] = adaptive_gamma
