@@ -226,6 +226,21 @@ def test_top_k_1_sampling_equals_greedy(gamma):
     assert adaptive.tokens == greedy
 
 
+def test_sampled_self_speculation_accepts_every_draft():
+    """The target as its own draft (exact mode): the draft's q rows, read from its ring at the slots the
+    acceptance test computes, equal the verify step's p rows bit for bit, so u * q < p always holds.
+    A wrong slot or a stale row would reject drafts. Full acceptance also runs the two-token draft step."""
+    from minitorch import FastBackend
+    from minitorch.generation.cuda import speculative_generate_cuda
+    from test_cuda_model import CONFIGS, build, decoder_of
+
+    _, w = build(CONFIGS[0], FastBackend, seed=1)
+    target, same = decoder_of(CONFIGS[0], w, gemv="ours"), decoder_of(CONFIGS[0], w, gemv="ours")
+    for cfg in (SamplingConfig(temperature=1.0, seed=3), SamplingConfig(temperature=0.8, top_k=20, top_p=0.9, seed=4)):
+        res = speculative_generate_cuda(target, same, PROMPT, 48, cfg, gamma=4)
+        assert res.stats["alpha"] == 1.0 and res.stats["accept_length_hist"][-1] == res.stats["rounds"] - 1
+
+
 def test_vocabularies_of_different_sizes():
     from minitorch import FastBackend
     from minitorch.generation.cuda import generate_cuda, speculative_generate_cuda
