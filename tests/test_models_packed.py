@@ -71,6 +71,36 @@ def test_fast_kernel_rows_do_not_depend_on_row_count() -> None:
             assert np.array_equal(one[0], many[t]), f"row {t}"
 
 
+@pytest.mark.parametrize("block", [16, 9])
+def test_fast_kernel_rows_match_one_row_calls_for_every_row_count(block: int) -> None:
+    """Every R the row kernel takes (1..MAX_ROWS), an odd block (the single-input tail after the pairs)
+    and a partial last tile: row r of the R-row product is the 1-row product bit for bit, and one thread
+    gives the same bits as all of them."""
+    import numba
+
+    from minitorch import fast_packed
+
+    n, k = 300, 144
+    rng = np.random.default_rng(block)
+    pw = PackedWeight.quantize(rng.standard_normal((n, k)).astype(np.float32), block=block)
+    x = rng.standard_normal((fast_packed.MAX_ROWS, k)).astype(np.float32)
+    ones = np.empty((len(x), n), np.float32)
+    for r in range(len(x)):
+        fast_packed.packed_linear(x[r:r + 1].copy(), pw, ones[r:r + 1])
+    for rows in range(1, len(x) + 1):
+        out = np.empty((rows, n), np.float32)
+        fast_packed.packed_linear(x[:rows].copy(), pw, out)
+        assert np.array_equal(out, ones[:rows]), f"{rows} rows"
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        one_thread = np.empty_like(ones)
+        fast_packed.packed_linear(x, pw, one_thread)
+    finally:
+        numba.set_num_threads(threads)
+    assert np.array_equal(one_thread, ones)
+
+
 @pytest.mark.parametrize("n, k, block", [(300, 96, 32), (129, 40, 5), (256, 48, 16), (3, 18, 9)])
 @pytest.mark.parametrize("rows", [1, 3, 17])
 def test_kernel_over_tiles_and_odd_blocks(n: int, k: int, block: int, rows: int) -> None:
