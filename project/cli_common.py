@@ -108,11 +108,13 @@ def get_backend(name: str) -> Any:
         from minitorch import FastBackend
 
         return FastBackend
+    from minitorch.cuda_runtime import CudaUnavailableError
+
     try:
         from minitorch.cuda_ops import make_cuda_backend
 
         return make_cuda_backend()
-    except ImportError as e:
+    except (ImportError, CudaUnavailableError) as e:
         raise UserError(f"the cuda backend is not available here ({e}); use --backend cpu") from None
 
 

@@ -12,6 +12,7 @@ import pytest
 
 import cli_common
 import run_spec_decoding as prog
+from minitorch.cuda_runtime import cuda_available
 from test_generation_fakes import FakeModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,6 +150,15 @@ def test_flag_errors_exit_2_with_one_line(args, word):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and word in lines[0], res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.skipif(cuda_available(), reason="a GPU is present")
+@pytest.mark.parametrize("dtype", ["auto", "float32"])  # the CUDA-graph path and the generic CUDA backend
+def test_backend_cuda_without_a_gpu_is_one_line(dtype):
+    res = _run("--backend", "cuda", "--dtype", dtype)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "cuda" in lines[0], res.stderr
 
 
 @pytest.fixture(scope="module")
