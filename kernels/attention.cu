@@ -131,6 +131,26 @@ __device__ __forceinline__ void merge_splits(const float (&mv)[ATT_CG], const fl
   M = gm;
 }
 
+// One output element from all nsplit splits, merged ATT_CG at a time in split order:
+// load(s, m, l, a) reads split s (only for s < nsplit; it returns a = 0 for a lane past D). All loads of
+// a group are issued before any is used. attn_combine (global memory) and the cluster kernel
+// (distributed shared memory) differ only in the loader, so they agree bit for bit.
+template <class Load>
+__device__ __forceinline__ float merge_all_splits(Load load, int nsplit) {
+  float M = -MT_INF, den = 0.f, num = 0.f;
+  for (int s0 = 0; s0 < nsplit; s0 += ATT_CG) {
+    float mv[ATT_CG], lv[ATT_CG], av[ATT_CG];
+#pragma unroll
+    for (int u = 0; u < ATT_CG; ++u) {
+      mv[u] = -MT_INF;
+      lv[u] = av[u] = 0.f;
+      if (s0 + u < nsplit) load(s0 + u, mv[u], lv[u], av[u]);
+    }
+    merge_splits(mv, lv, av, M, den, num);
+  }
+  return den > 0.f ? num / den : 0.f;
+}
+
 
 // attn_cluster_*: the nsplit blocks of one head group form a cluster (nsplit <= 16). Each block leaves
 // its split (m, l in s_m / s_l, the accumulator rows in the tile) in shared memory; after a cluster
@@ -157,20 +177,12 @@ __device__ void attn_cluster_merge(const float (&acc)[ATT_RMAX][2], unsigned cha
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int d = tid + k * ATT_THREADS;
-      float M = -MT_INF, den = 0.f, num = 0.f;
-      for (int s0 = 0; s0 < nsplit; s0 += ATT_CG) {
-        float mv[ATT_CG], lv[ATT_CG], av[ATT_CG];
-#pragma unroll
-        for (int u = 0; u < ATT_CG; ++u) {
-          const int s = s0 + u;
-          const bool ok = s < nsplit;
-          mv[u] = ok ? ld_cluster(s_m + r, s) : -MT_INF;
-          lv[u] = ok ? ld_cluster(s_l + r, s) : 0.f;
-          av[u] = ok && d < D ? ld_cluster(acc_s + r * D + d, s) : 0.f;
-        }
-        merge_splits(mv, lv, av, M, den, num);
-      }
-      if (d < D) out[b * osb + h * osh + t * ost + d] = from_f<T>(den > 0.f ? num / den : 0.f);
+      const float o = merge_all_splits([&](int s, float& m, float& l, float& a) {
+        m = ld_cluster(s_m + r, s);
+        l = ld_cluster(s_l + r, s);
+        a = d < D ? ld_cluster(acc_s + r * D + d, s) : 0.f;
+      }, nsplit);
+      if (d < D) out[b * osb + h * osh + t * ost + d] = from_f<T>(o);
     }
   }
   cluster_sync();
@@ -321,10 +333,9 @@ __device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* w
 template <typename T>
 __device__ void attn_combine_body(const float* ws_m, const float* ws_l, const float* ws_acc, T* out, i64 osb,
                                   i64 osh, i64 ost, int Hq, int Tq, int D, int nsplit) {
-  // every thread merges the splits itself, ATT_CG at a time: all loads of a group (m and l are
-  // broadcast reads, acc coalesced over d) are issued before any is used, so up to ATT_CG splits cost
-  // one round trip to memory and no block barrier; an online rescale carries the running max across
-  // groups. Fixed order per row: the result does not depend on Tq.
+  // every thread merges the splits itself (merge_all_splits): m and l are broadcast reads, acc is
+  // coalesced over d, up to ATT_CG splits cost one round trip to memory and no block barrier. Fixed
+  // order per row: the result does not depend on Tq.
   const i64 row = blockIdx.x;
   const int t = (int)(row % Tq);
   const i64 bh = row / Tq;
@@ -332,20 +343,12 @@ __device__ void attn_combine_body(const float* ws_m, const float* ws_l, const fl
   const float* m = ws_m + row * nsplit;
   const float* l = ws_l + row * nsplit;
   const int d = threadIdx.x;
-  float M = -MT_INF, den = 0.f, num = 0.f;
-  for (int s0 = 0; s0 < nsplit; s0 += ATT_CG) {
-    float mv[ATT_CG], lv[ATT_CG], av[ATT_CG];
-#pragma unroll
-    for (int u = 0; u < ATT_CG; ++u) {
-      const int s = s0 + u;
-      const bool ok = s < nsplit;
-      mv[u] = ok ? m[s] : -MT_INF;
-      lv[u] = ok ? l[s] : 0.f;
-      av[u] = ok && d < D ? ws_acc[(row * nsplit + s) * D + d] : 0.f;
-    }
-    merge_splits(mv, lv, av, M, den, num);
-  }
-  if (d < D) out[b * osb + h * osh + t * ost + d] = from_f<T>(den > 0.f ? num / den : 0.f);
+  const float o = merge_all_splits([&](int s, float& ms, float& ls, float& as) {
+    ms = m[s];
+    ls = l[s];
+    as = d < D ? ws_acc[(row * nsplit + s) * D + d] : 0.f;
+  }, nsplit);
+  if (d < D) out[b * osb + h * osh + t * ost + d] = from_f<T>(o);
 }
 
 extern "C" {

@@ -27,6 +27,7 @@ MODES = {  # rows_big=4: the base build may have no 8-rows-a-block kernels (they
     "ours1-prev": dict(gemv="ours1", silu="down", norm_epilogue=False, qkv_rope=False),
     "ours1-rows2": dict(gemv="ours1", rows1=2),
     "ours1-nopdl": dict(gemv="ours1", pdl=False),
+    "ours1-cluster": dict(gemv="ours1", attn="cluster"),  # the attention splits merged in shared memory
 }
 
 

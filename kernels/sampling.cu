@@ -60,7 +60,6 @@ struct Scratch {
   float mine[16];         // this block's totals, read by the other blocks of the cluster
   float all[16];          // the cluster's totals
   float wsum[NWARP];      // per-warp sums of an index-ordered walk
-  float pick[2];          // pick_index: chosen warp, remaining mass
 };
 
 // The cluster-wide sums of n <= 16 per-thread values v[0..n) (each block's threads sum their own
@@ -135,6 +134,13 @@ __device__ unsigned find_threshold(KW kw, int lo, int hi, float target, Scratch&
   return prefix;
 }
 
+// This block's slice [lo, hi) of a row of V values: block `rank` of the cluster owns S = ceil(V / C).
+__device__ __forceinline__ void row_slice(int V, int& lo, int& hi) {
+  int C = (int)cluster_size(), S = (V + C - 1) / C;
+  lo = min(V, (int)cluster_rank() * S);
+  hi = min(V, lo + S);
+}
+
 // Index-ordered walks: block rank owns [lo, hi); in it warp w owns span elements from lo + w * span,
 // 32 consecutive elements a step (coalesced).
 __device__ __forceinline__ int warp_span(int lo, int hi) { return 32 * ((hi - lo + 32 * NWARP - 1) / (32 * NWARP)); }
@@ -167,7 +173,6 @@ __device__ int pick_index(W w, int lo, int hi, float u, Scratch& s) {
     if (cb < 0) cum += m;
   }
   if (cb < 0) { cb = lastb; cum = target - ld_cluster(&s.mine[0], lastb); }  // rounding: the last block with mass
-  float found = -1.f;
   if (rank == cb) {
     float rem = target - cum;
     int cw = -1, lastw = 0;
@@ -195,22 +200,19 @@ __device__ int pick_index(W w, int lo, int hi, float u, Scratch& s) {
         if (hit) hit_at = i0 + __ffs(hit) - 1;
         base += __shfl_sync(0xffffffffu, inc, 31);
       }
-      if (lane == 0) s.pick[0] = (float)(hit_at >= 0 ? hit_at : last_pos);  // rounding at the range's end
+      if (lane == 0) s.mine[1] = (float)(hit_at >= 0 ? hit_at : last_pos);  // (rounding at the range's end)
     }
   }
-  __syncthreads();
-  if (rank == cb) found = s.pick[0];
-  if (rank == cb && threadIdx.x == 0) s.mine[1] = found;
   cluster_sync();
-  found = ld_cluster(&s.mine[1], cb);
+  int found = (int)ld_cluster(&s.mine[1], cb);  // every block reads the chosen block's answer
   cluster_sync();
-  return (int)found;
+  return found;
 }
 
 // Filtered probabilities of one row of logits x (V) into p (V): temperature, top-k, softmax, top-p.
 __device__ void row_probs(const float* x, float* p, int V, float inv_temp, int top_k, float top_p, Scratch& s) {
-  int C = (int)cluster_size(), rank = (int)cluster_rank();
-  int S = (V + C - 1) / C, lo = min(V, rank * S), hi = min(V, lo + S);
+  int lo, hi, rank = (int)cluster_rank();
+  row_slice(V, lo, hi);
   unsigned kth = 0;  // logits with key < kth are dropped (top-k)
   if (top_k > 0 && top_k < V)
     kth = find_threshold([&](int i, unsigned& key, float& w) { key = okey(x[i]); w = 1.f; }, lo, hi, (float)top_k, s);
@@ -284,7 +286,8 @@ sample_f32(const float* logits, i64 ld, float* probs, i64 ldp, int Q, const int*
   float* p = probs + (i64)slot * ldp;
   row_probs(logits + (i64)r * ld, p, V, inv_temp, top_k, top_p, s);
   if (out_ids == nullptr) return;
-  int C = (int)cluster_size(), S = (V + C - 1) / C, lo = min(V, (int)cluster_rank() * S), hi = min(V, lo + S);
+  int lo, hi;
+  row_slice(V, lo, hi);
   float u = uniform01(rng[0], rng[1] + (u64)r);
   int tok = pick_index([&](int i) { return p[i]; }, lo, hi, u, s);
   if (cluster_rank() == 0 && threadIdx.x == 0) out_ids[r] = tok;
@@ -296,8 +299,8 @@ spec_accept(const float* p, i64 ldp, const i64* argmax, const float* q, i64 ldq,
   __shared__ Scratch s;
   __shared__ int res[2];
   pdl_wait();
-  int C = (int)cluster_size(), rank = (int)cluster_rank();
-  int S = (V + C - 1) / C, lo = min(V, rank * S), hi = min(V, lo + S);  // this block's slice of a row
+  int lo, hi, rank = (int)cluster_rank();
+  row_slice(V, lo, hi);
   int p0 = *tpos;
   i64 pending = ttok[0];
   int qbase = dpos ? *dpos - g : 0;

@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .cuda_blas import CUDA_R_16BF, CUDA_R_32F, cublas
-from .cuda_launch import ATT_CLUSTER_MAX, ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan
+from .cuda_launch import ATT_CLUSTER_MAX, ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, cluster_supported
 from .cuda_pdl import PdlLauncher
 from .cuda_runtime import get_cupy, kernels
 
@@ -208,7 +208,7 @@ class CudaDecoder:
         # keys per attention split: one 32-key chunk up to 8k positions, at most 256 splits beyond
         self.kb = 32 * max(1, math.ceil(max_len / (32 * 256)))
         self.nsplit = math.ceil(max_len / self.kb)
-        fits = self.nsplit <= ATT_CLUSTER_MAX and int(cp.cuda.Device().compute_capability) >= 90
+        fits = self.nsplit <= ATT_CLUSTER_MAX and cluster_supported()
         if attn == "cluster" and not fits:
             raise ValueError(f"attn='cluster' needs compute capability >= 9.0 and at most {ATT_CLUSTER_MAX} "
                              f"attention splits ({self.nsplit} for max_len {max_len}); use 'auto' or 'split'")
@@ -222,19 +222,22 @@ class CudaDecoder:
         # rows of a speculative round, or the target's p rows of a verify step)
         self.sampling: Optional[tuple] = None
         self.rng = cp.zeros(2, cp.uint64)
-        self.Q = T
-        cc = int(cp.cuda.Device().compute_capability)
-        self.sample_cluster = SAMPLE_CLUSTER if cc >= 90 else 1  # blocks that share one row's sampling
-        self.probs = cp.zeros((T, V), cp.float32)
+        self.sample_cluster = SAMPLE_CLUSTER if cluster_supported() else 1  # blocks that share one row
+        self.probs = cp.zeros((T, V), cp.float32)  # a ring of max_tokens rows
         self.spec_out = cp.zeros(T + 2, cp.int64)  # a speculative round's [n, accepted drafts, next]
         self.graph_refs: Dict[Any, Any] = {}  # objects whose device buffers a captured graph uses
         self.blas = cublas()
         if pdl is None:
-            pdl = int(cp.cuda.Device().compute_capability) >= 90
+            pdl = cluster_supported()  # PDL and clusters both arrive with compute capability 9.0
         self.pdl = bool(pdl)
         self.k = PdlLauncher(kernels(), pdl=self.pdl)
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.graphs: Dict[Any, Any] = {}
+
+    @property
+    def config(self) -> Any:
+        """The model config (generation's request checks read config.max_position_embeddings)."""
+        return self.cfg
 
     # ------------------------------------------------------------------ one step (capturable)
     def _ours(self, M: int, K: int) -> bool:
@@ -394,7 +397,7 @@ class CudaDecoder:
             draw = not all_logits
             C = self.sample_cluster
             k.launch("sample_f32", (C, rows), (SAMPLE_THREADS,),
-                     (self.logits, np.int64(V), self.probs, np.int64(V), i32(self.Q), self.pos if draw else z,
+                     (self.logits, np.int64(V), self.probs, np.int64(V), i32(self.max_tokens), self.pos if draw else z,
                       i32(r0), i32(V), np.float32(inv_t), i32(top_k), np.float32(top_p),
                       self.next_ids[r0:T] if draw else z, self.rng), cluster=(C, 1, 1) if C > 1 else None)
         if advance:
@@ -456,7 +459,6 @@ class CudaDecoder:
             for name in kernel_names:
                 self.k.get(name)
             with self.stream:
-                p = int(self.pos.get()[0])
                 warm()
                 self.blas.sync_stream()
                 self.stream.synchronize()
@@ -465,7 +467,6 @@ class CudaDecoder:
                     enqueue()
                 finally:
                     g = self.stream.end_capture()
-                self.set_position(p)
             self.graphs[key] = g
         g.launch(self.stream)
 

@@ -108,14 +108,20 @@ def get_backend(name: str) -> Any:
         from minitorch import FastBackend
 
         return FastBackend
-    from minitorch.cuda_runtime import CudaUnavailableError
+    require_gpu()
+    from minitorch.cuda_ops import make_cuda_backend
+
+    return make_cuda_backend()
+
+
+def require_gpu() -> None:
+    """--backend cuda on a machine without a usable GPU / CuPy: one line for the user."""
+    from minitorch.cuda_runtime import CudaUnavailableError, get_cupy
 
     try:
-        from minitorch.cuda_ops import make_cuda_backend
-
-        return make_cuda_backend()
-    except (ImportError, CudaUnavailableError) as e:
-        raise UserError(f"the cuda backend is not available here ({e}); use --backend cpu") from None
+        get_cupy()
+    except CudaUnavailableError as e:
+        raise UserError(f"--backend cuda needs a GPU ({e}); use --backend cpu") from None
 
 
 @dataclass
@@ -184,13 +190,9 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
     """--backend cuda: each model read on the CPU in float32, then held on the GPU in bf16 by a
     CudaDecoder (graph-captured steps, our GEMV, sampling on the device)."""
     from minitorch import FastBackend
-    from minitorch.cuda_runtime import CudaUnavailableError, get_cupy
     from minitorch.models import check_compatible, load_model
 
-    try:
-        get_cupy()
-    except (CudaUnavailableError, ImportError) as e:
-        raise UserError(f"--backend cuda needs a GPU: {e}") from None
+    require_gpu()
     from minitorch.cuda_decode import CudaDecoder, weights_from_model
 
     t0 = time.perf_counter()
@@ -199,9 +201,7 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
     def decoder(name: str) -> tuple[Any, Any]:
         model, tok = load_model(name, backend=FastBackend, dtype="float32", progress=progress, weights="float32")
         limit = int(getattr(model.config, "max_position_embeddings", 0) or GPU_MAX_LEN)
-        dec = CudaDecoder(model.config, weights_from_model(model), max_len=min(limit, GPU_MAX_LEN), gemv=gemv)
-        dec.config = model.config
-        return dec, tok
+        return CudaDecoder(model.config, weights_from_model(model), max_len=min(limit, GPU_MAX_LEN), gemv=gemv), tok
 
     target, tok = decoder(args.target)
     draft = None

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..cuda_launch import SAMPLE_THREADS
-from .autoregressive import TokenCallback, autoregressive_result, emit
+from .autoregressive import TokenCallback, autoregressive_result, check_request, emit
 from .sampling import SamplingConfig
 from .speculative import MAX_ADAPTIVE_GAMMA, next_gamma
 from .stats import GenerationResult, SpecStats, Timer
@@ -43,11 +43,8 @@ _DRAFT_STREAM = 1  # the draft's random numbers come from a second stream of the
 
 
 def _check(dec: Any, prompt: list[int], max_new_tokens: int, extra: int) -> None:
-    """One clear ValueError for requests the decoder cannot hold."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if not prompt:
-        raise ValueError("the prompt is empty: give at least one token")
+    """One clear ValueError for requests the decoder cannot hold: the CPU engine's checks, then its cache."""
+    check_request(dec, prompt, max_new_tokens)
     if len(prompt) + max_new_tokens + extra > dec.max_len:
         raise ValueError(f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the GPU "
                          f"decoder's cache of {dec.max_len} positions (less {extra} for speculation)")
@@ -112,7 +109,7 @@ def _verify(target: Any, draft: Any, g: int) -> None:
         C = target.sample_cluster
         target.k.launch("spec_accept", (C,), (SAMPLE_THREADS,),
                         (target.probs if sampled else z, i64(target.nv), target.next_ids, q, i64(target.nv),
-                         i32(draft.Q if draft is not None else 1), draft.pos if draft is not None else z,
+                         i32(draft.max_tokens if draft is not None else 1), draft.pos if draft is not None else z,
                          target.tokens[1:], i32(g), i32(target.nv), target.pos, target.tokens,
                          draft.tokens if draft is not None else z, target.spec_out, target.rng if sampled else z),
                         cluster=(C, 1, 1) if C > 1 else None)
@@ -141,7 +138,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     _check(target, prompt, max_new_tokens, limit + 1)
     if draft is not None:
         _check(draft, prompt, max_new_tokens, limit + 2)
-        if draft.max_tokens < 2 or (cfg.temperature > 0 and draft.Q < limit):
+        if draft.max_tokens < max(2, limit):  # its two-token step; its ring of q rows holds a round's drafts
             raise ValueError("the draft decoder's max_tokens is too small for this gamma")
         draft.share_stream(target)
     stops = set(int(s) for s in (stop_ids or ()))
@@ -185,8 +182,8 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         _verify(target, draft, g)
         events[2].record(stream)
         res = target.spec_out[:g + 2].get(stream=stream)  # waits for the round
-        st.timer.seconds["draft"] = st.timer.get("draft") + cp.cuda.get_elapsed_time(events[0], events[1]) / 1e3
-        st.timer.seconds["verify"] = st.timer.get("verify") + cp.cuda.get_elapsed_time(events[1], events[2]) / 1e3
+        st.timer.add("draft", cp.cuda.get_elapsed_time(events[0], events[1]) / 1e3)  # GPU time (ms -> s)
+        st.timer.add("verify", cp.cuda.get_elapsed_time(events[1], events[2]) / 1e3)
         n = int(res[0])
         n_emit, done = emit([int(t) for t in res[1:n + 2]], out, max_new_tokens, stops)
         from_drafts = min(n_emit, n)

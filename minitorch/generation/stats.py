@@ -72,8 +72,11 @@ class Timer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        dt = time.perf_counter() - self._t0
-        self.seconds[self._name] = self.seconds.get(self._name, 0.0) + dt
+        self.add(self._name, time.perf_counter() - self._t0)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Count seconds measured elsewhere (e.g. GPU events) towards a phase."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
     def get(self, name: str) -> float:
         return self.seconds.get(name, 0.0)
