@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+DEFAULT_DATA = ROOT / "data" / "gsm8k" / "test.jsonl"
 MODELS = {"draft": "qwen2.5-coder-0.5b-instruct", "target": "qwen2.5-coder-1.5b-instruct"}
 BASELINE = {"draft": 8.48, "target": 2.84}  # DESIGN.md, transformers fp32 on this machine
 

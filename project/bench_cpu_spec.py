@@ -32,7 +32,7 @@ from cli_common import encode_prompt, load_models, warm_up  # noqa: E402
 from minitorch.generation import (NGramDrafter, SamplingConfig, generate,  # noqa: E402
                                   speculative_generate)
 
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+DEFAULT_DATA = ROOT / "data" / "gsm8k" / "test.jsonl"
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 TARGET = "qwen2.5-coder-1.5b-instruct"
 DRAFT = "qwen2.5-coder-0.5b-instruct"

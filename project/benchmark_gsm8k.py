@@ -6,7 +6,7 @@
     python project/benchmark_gsm8k.py merge -o results/gsm8k/all.jsonl results/gsm8k/test.shard-*.jsonl
     python project/benchmark_gsm8k.py summary results/gsm8k/test.jsonl
 
-Data: ../shared/data/gsm8k/test.jsonl (1,319 problems), or --data-file, or --hub (openai/gsm8k).
+Data: data/gsm8k/test.jsonl in the repository (1,319 problems), or --data-file, or --hub (openai/gsm8k).
 Writes results/gsm8k/<dataset>.jsonl (one line per problem and mode), <...>.summary.json and
 <...>_plots/*.png. Shared code: evaluation*.py; grading: grading.py.
 """

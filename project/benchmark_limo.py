@@ -6,7 +6,7 @@ with long reasoning outputs: accuracy, acceptance and speed of speculative vs pl
     python project/benchmark_limo.py --dataset limo --hub          # GAIR/LIMO, needs 'datasets' + network
     python project/benchmark_limo.py merge -o results/limo/all.jsonl results/limo/math500.shard-*.jsonl
 
-Data: ../shared/data/limo/eval/{math500,aime24,amc23}.jsonl, or --data-file. Prompts use the model's
+Data: data/limo/eval/{math500,aime24,amc23}.jsonl in the repository, or --data-file. Prompts use the model's
 chat template with "Please reason step by step, and put your final answer within \\boxed{}."
 (--system-prompt puts it in a system turn, as LIMO's own evaluation does).
 """

@@ -49,7 +49,7 @@ def build_parser(bench: BenchSpec) -> argparse.ArgumentParser:
     d.add_argument("--dataset", default=bench.default_dataset, choices=bench.datasets,
                    help=f"dataset name (default {bench.default_dataset}; local copy under --data-dir)")
     d.add_argument("--data-file", default=None, help="a .jsonl/.json file of problems (question/problem + answer) instead")
-    d.add_argument("--data-dir", default=None, help="the shared data folder (default ../shared/data beside the checkout, "
+    d.add_argument("--data-dir", default=None, help="the data folder (default the repository's data/, "
                    "or $MINITORCH_SPEC_DATA)")
     d.add_argument("--hub", action="store_true", help="load the dataset from the Hugging Face hub (needs 'datasets')")
     d.add_argument("--offset", type=int, default=0, help="skip this many problems first (default 0)")

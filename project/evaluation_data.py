@@ -1,4 +1,4 @@
-"""Benchmark problems: named datasets (local copies in shared/data, or the hub), --data-file, slicing
+"""Benchmark problems: named datasets (the copies in the repository's data/ folder, or the hub), --data-file, slicing
 and shards, and the reasoning prompt built with the model's chat template."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from grading import gold_answer
 
 REASONING_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
+DEFAULT_DATA_DIR = ROOT / "data"
 DATA_ENV = "MINITORCH_SPEC_DATA"
 
 
@@ -134,7 +134,7 @@ def load_problems(name: str | None = None, data_file: str | Path | None = None,
     base = Path(data_dir) if data_dir is not None else Path(os.environ.get(DATA_ENV, DEFAULT_DATA_DIR))
     path = base / spec.local
     if not path.is_file():
-        raise BenchmarkError(f"{name}: {path} not found; pass --data-dir (the shared/data folder) or --data-file")
+        raise BenchmarkError(f"{name}: {path} not found; pass --data-dir (a folder laid out like the repository's data/) or --data-file")
     return rows_to_problems(read_json_rows(path), name)
 
 

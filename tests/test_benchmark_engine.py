@@ -142,10 +142,6 @@ def test_gsm8k_program_end_to_end_on_small_random_qwen2(tmp_path, qwen2_pair, ca
     """The real load path (cli_common), spec + target + transformers baselines, on 3 GSM8K problems."""
     from benchmark_gsm8k import GSM8K
     from evaluation_cli import main
-    from evaluation_data import DEFAULT_DATA_DIR
-
-    if not (DEFAULT_DATA_DIR / "gsm8k/test.jsonl").is_file():
-        pytest.skip("shared data not present")
     target, draft = qwen2_pair
     out = tmp_path / "r.jsonl"
     argv = ["--target", str(target), "--draft", str(draft), "--limit", "3", "--max-new-tokens", "12",

@@ -343,8 +343,6 @@ def test_kill_mid_run_keeps_finished_problems(tmp_path, data_file, sig, rc):
 # ----------------------------------------------------------------------------- LIMO program, data
 
 def test_limo_program_on_amc23_floats(tmp_path):
-    if not (DEFAULT_DATA_DIR / "limo/eval/amc23.jsonl").is_file():
-        pytest.skip("shared data not present")
     rows = [json.loads(line) for line in (DEFAULT_DATA_DIR / "limo/eval/amc23.jsonl").read_text().splitlines()]
     engine = FakeEngine(problems=[{"question": r["problem"], "answer": f"#### {r['answer']}"} for r in rows[:3]],
                         wrong=-1)
@@ -362,11 +360,9 @@ def test_limo_program_on_amc23_floats(tmp_path):
     ("gsm8k", 1319, "gsm8k-0"), ("math500", 500, "test/precalculus/807.json"),
     ("aime24", 30, "aime24-60"), ("amc23", 40, "amc23-0"),
 ])
-def test_named_datasets_load_from_shared_data(name, count, first_id):
+def test_named_datasets_load_from_the_repositorys_data(name, count, first_id):
     from evaluation_data import load_problems
 
-    if not DEFAULT_DATA_DIR.is_dir():
-        pytest.skip("shared data not present")
     problems = load_problems(name)
     assert len(problems) == count and problems[0].id == first_id
     assert len({p.id for p in problems}) == count and all(p.question and p.gold for p in problems)

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"  # the repository's own copy
 GSM8K = DATA / "gsm8k" / "test.jsonl"
 
 QWEN2_SPLIT = (
@@ -40,7 +40,7 @@ R1_TEMPLATE = (
 
 
 def gsm8k_texts(n: int = 50) -> list[str]:
-    """The first n GSM8K question + answer texts (shared data, read-only)."""
+    """The first n GSM8K question + answer texts (data/gsm8k, read-only)."""
     out = []
     with open(GSM8K) as f:
         for line in f:

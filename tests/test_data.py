@@ -1,0 +1,52 @@
+"""The evaluation data the repository ships (data/): every file the benchmarks read by default is there,
+byte for byte the copy data/README.md describes (its sha256 prefix and record count), so a clone with
+nothing beside it runs its benchmarks and tests."""
+import hashlib
+import sys
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def readme_table() -> dict[str, tuple[int, str]]:
+    """file -> (records, sha256 prefix) from data/README.md's table rows that name a .jsonl file."""
+    rows = {}
+    for line in (DATA / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0].endswith(".jsonl"):
+            rows[cells[0]] = (int(cells[3]), cells[5])
+    return rows
+
+
+def test_readme_lists_every_dataset_the_benchmarks_name():
+    from evaluation_data import DATASETS, DEFAULT_DATA_DIR
+
+    assert DEFAULT_DATA_DIR == DATA
+    local = {spec.local for spec in DATASETS.values() if spec.local}
+    assert local and local <= set(readme_table())
+
+
+@pytest.mark.parametrize("rel", sorted(readme_table()))
+def test_data_file_matches_its_provenance(rel):
+    records, sha_prefix = readme_table()[rel]
+    raw = (DATA / rel).read_bytes()
+    assert re.fullmatch(r"[0-9a-f]{16}", sha_prefix)
+    assert hashlib.sha256(raw).hexdigest().startswith(sha_prefix)
+    assert sum(1 for line in raw.decode().splitlines() if line.strip() and json.loads(line)) == records
+
+
+def test_a_changed_byte_is_caught(tmp_path, monkeypatch):
+    """The check reads the bytes: one byte changed in a copy of GSM8K fails it."""
+    copy = tmp_path / "gsm8k"
+    copy.mkdir()
+    raw = bytearray((DATA / "gsm8k/test.jsonl").read_bytes())
+    raw[100] ^= 1
+    (copy / "test.jsonl").write_bytes(bytes(raw))
+    (tmp_path / "README.md").write_bytes((DATA / "README.md").read_bytes())
+    monkeypatch.setattr(sys.modules[__name__], "DATA", tmp_path)
+    with pytest.raises(AssertionError):
+        test_data_file_matches_its_provenance("gsm8k/test.jsonl")
