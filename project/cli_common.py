@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from minitorch.generation import ModelDrafter, NGramDrafter, SamplingConfig
 from one_line_parser import EXIT_USER_ERROR, OneLineParser  # noqa: F401  (re-exported for the programs)
@@ -213,27 +213,28 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
                   load_seconds=time.perf_counter() - t0, on_gpu_graphs=True)
 
 
-def warm_up(models: Models) -> None:
-    """A tiny prefill, decode step and verify step per model, so that first-run costs (weights paged in
-    from disk, numba compiling each kernel variant on a fresh checkout) are not billed to whichever
-    generation happens to run first."""
-    from minitorch import no_grad
+WARM_PROMPT_TOKENS = 24  # more than 16 rows: the long-prompt prefill path (minitorch/fast_packed.py) runs too
 
-    if models.on_gpu_graphs:  # capture the decode, draft and verify graphs (greedy, gamma 4)
-        generate, speculative = models.functions()
-        for dec in (models.target, models.draft):
-            if dec is not None:
-                generate(dec, [0, 1, 2], 3, vocab_size=models.vocab_size)
-        if models.draft is not None:
-            speculative(models.target, models.draft, [0, 1, 2], 12, gamma=4, vocab_size=models.vocab_size)
-        return
-    with no_grad():
-        for model in (models.target, models.draft):
-            if model is not None:
-                cache = model.new_cache(8)
-                model([0, 1, 2], cache, last_n=1)  # prefill
-                model([3], cache)  # decode step
-                model([4, 5], cache)  # verify step (several rows at a cached position)
+
+def warm_up(models: Models, prompt_ids: Sequence[int] | None = None, cfg: Any = None, gamma: int = 4,
+            drafter: str | None = None) -> float:
+    """Run each generation path once, briefly, before anything is timed: a target-alone and (when there
+    is a draft) a draft-alone generation of 3 tokens and a speculative one of a few rounds, with the
+    settings of the timed runs, on the first WARM_PROMPT_TOKENS of the prompt. First-run costs (numba
+    compiling each kernel variant on a fresh checkout, weights paged in from disk, CUDA graphs captured)
+    are then billed to the warm-up, not to whichever timed generation happens to run first. Returns its
+    seconds, which the programs print apart from the timings."""
+    t0 = time.perf_counter()
+    generate, speculative = models.functions()
+    ids = list(prompt_ids or range(3, 3 + WARM_PROMPT_TOKENS))[:WARM_PROMPT_TOKENS]
+    for model in (models.target, models.draft):
+        if model is not None:
+            generate(model, ids, 3, cfg, vocab_size=models.vocab_size)
+    kind = drafter or ("model" if models.draft is not None else "ngram")
+    if kind == "ngram" or models.draft is not None:
+        speculative(models.target, models.make_drafter(kind), ids, 2 * gamma + 2, cfg, gamma=gamma,
+                    vocab_size=models.vocab_size)
+    return time.perf_counter() - t0
 
 
 def encode_prompt(tok: Any, text: str, chat: bool, system: str | None = None) -> list[int]:

@@ -10,6 +10,7 @@ same way whichever shard runs it.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
@@ -68,11 +69,13 @@ def engine_generators(target: Any, drafter: Any, stop_ids: Sequence[int], cfg: A
 
 def load_engine(args: argparse.Namespace, modes: Sequence[str]) -> Engine:
     """Load the models named by the flags (cli_common.load_models); generators for `modes`."""
-    from cli_common import check_spec_args, load_models, sampling_from_args
+    from cli_common import check_spec_args, load_models, sampling_from_args, warm_up
 
     check_spec_args(args)
     cfg = sampling_from_args(args)
     models = load_models(args)
+    warm = warm_up(models, cfg=cfg, gamma=args.gamma, drafter=args.drafter)  # first problem's timings stay warm
+    print(f"[warm-up {warm:.1f} s, not part of any problem's timing]", file=sys.stderr)
     stop_ids = sorted(models.stop_ids)
     gens = engine_generators(models.target, models.make_drafter(args.drafter), stop_ids, cfg, args.gamma,
                              args.adaptive_gamma, models.vocab_size, functions=models.functions())

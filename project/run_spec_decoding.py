@@ -25,6 +25,7 @@ from cli_common import (
     Models, OneLineParser, UserError, add_model_args, add_sampling_args, add_spec_args, check_spec_args,
     encode_prompt, load_models, run_cli, sampling_from_args, warm_up)
 from minitorch.generation import GenerationResult, SamplingConfig
+from minitorch.generation.autoregressive import check_request
 from minitorch.generation.stats import cost_model_speedup, forward_times
 
 DEFAULT_PROMPT = (
@@ -288,11 +289,17 @@ def main(argv: list[str] | None = None) -> int:
                  drafter=args.drafter, max_new_tokens=args.max_new_tokens, chat=args.chat, stream=args.stream)
     s.runs["target"] = not args.no_baseline
     models = load_models(args, progress=not args.json)
-    warm_up(models)
     if args.interactive:
+        warm_up(models, cfg=s.cfg, gamma=s.gamma, drafter=s.drafter)
         print(f"[loaded {args.target}" + (f" + {args.draft}" if models.draft is not None else "")
               + f" in {models.load_seconds:.1f} s]")
         return interactive_loop(models, s, args)
+    ids = encode_prompt(models.tokenizer, args.prompt, s.chat)
+    check_request(models.target, ids, s.max_new_tokens)  # a prompt too long fails before the warm-up
+    warm = warm_up(models, ids, s.cfg, s.gamma, s.drafter)
+    if not args.json:
+        print(f"[warm-up {warm:.1f} s: every generation path run once briefly (first-run compilation, weights "
+              "paged in), not part of the timings below]", file=sys.stderr)
     out = run_prompt(models, s, args.prompt, as_json=args.json)
     if args.json:
         out["settings"] = {"target": args.target, "draft": args.draft if models.draft is not None else None,
@@ -300,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                            "max_new_tokens": s.max_new_tokens, "temperature": s.cfg.temperature,
                            "top_k": s.cfg.top_k, "top_p": s.cfg.top_p, "seed": s.cfg.seed, "chat": s.chat,
                            "backend": args.backend, "dtype": args.dtype,
-                           "load_seconds": models.load_seconds}
+                           "load_seconds": models.load_seconds, "warmup_seconds": warm}
         print(json.dumps(out))
     return 0
 
