@@ -16,4 +16,10 @@ setup(
     package_data={"minitorch": ["cuda_kernels/*"]},
     python_requires=">=3.10",
     install_requires=requirements,
+    # --backend cuda: CuPy built for the CUDA major version of the user's driver (`nvidia-smi` prints it),
+    # with the CUDA libraries it loads (cuBLAS, the runtime, NVRTC) from PyPI, so no CUDA toolkit is needed.
+    extras_require={
+        "cuda12": ["cupy-cuda12x[ctk]>=14"],
+        "cuda13": ["cupy-cuda13x[ctk]>=14"],
+    },
 )
