@@ -1,7 +1,10 @@
 // attention.cu: causal grouped-query attention over a KV cache, split over the key axis
 // (flash-decoding), for one query (decode) or several causal queries (verify / prefill).
 //
-// Launch layout. attn_partial_*: grid (nsplit, B*Hkv, ceil(G*T / 8)), 128 threads, ~42 KB static shared.
+// Launch layout. attn_partial_*: grid (slots, B*Hkv, ceil(G*T / 8)), slots <= nsplit (the last argument),
+//   128 threads, ~42 KB static shared. A block takes splits blockIdx.x, blockIdx.x + slots, ... in turn
+//   and stops at the first that holds no key its rows see (writing nothing for it): a cache sized for
+//   32k positions costs a short context what its visible splits cost.
 //   A block takes one KV head, the key range [split*KB, (split+1)*KB) and up to 8 query rows of
 //   that head's group (row r -> query head kvh*G + r/T, query t = r%T, G = Hq/Hkv), so K and V are
 //   read once for all grouped heads. Keys and values are staged 32 at a time in shared memory (all
@@ -11,8 +14,10 @@
 //   The first chunk's K/V loads are issued with q and the cache position (they do not depend on it;
 //   keys past the last visible one are zeroed afterwards), and the kernel triggers its dependent
 //   launch at once (PDL), when built with -DATT_EARLY_KV=1 / -DATT_TRIGGER_EARLY=1 (default off).
-// attn_combine_*: grid (B*Hq*T), blockDim >= D (multiple of 32): merges the splits and writes out
-//   (each thread one d; 16 splits per round trip to memory, no barriers).
+// attn_combine_*: grid (B*Hq*T), blockDim >= D (multiple of 32): merges the splits that hold a key the row
+//   sees (from the position: pos_ptr, q_off, L, KB as attn_partial's) and writes out (each thread one d;
+//   16 splits per round trip to memory, no barriers). Empty splits change no bit of the merge, so the
+//   result equals merging all nsplit of them.
 // attn_cluster_* (sm_90, short contexts): attn_partial and attn_combine in one kernel. Same grid as
 //   attn_partial, launched as clusters of (nsplit, 1, 1) blocks (nsplit <= 16; > 8 needs the
 //   non-portable cluster size allowed): the splits of a head group merge through distributed shared
@@ -191,17 +196,19 @@ __device__ void attn_cluster_merge(const float (&acc)[ATT_RMAX][2], unsigned cha
 #endif
 }
 
+// One split (keys [split*KB, (split+1)*KB)) of one block's head group and rows. Returns false, having
+// written nothing, when the split lies past every key the block's rows see (not in a cluster: attn_combine
+// reads only the splits a row sees, so such splits need no workspace entry; later splits are empty too).
 template <typename T, bool CLUSTER>
-__device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* ws_m, float* ws_l, float* ws_acc,
+__device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* ws_m, float* ws_l, float* ws_acc,
                                   const int* pos_ptr, int q_off, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh,
                                   i64 ksl, i64 vsb, i64 vsh, i64 vsl, int Hq, int Hkv, int Tq, int D, int L,
-                                  int KB, float scale, T* out, i64 osb, i64 osh, i64 ost) {
+                                  int KB, float scale, T* out, i64 osb, i64 osh, i64 ost, int split, int nsplit) {
   __shared__ __align__(16) float qs[ATT_RMAX * ATT_DMAX];
   __shared__ __align__(16) unsigned char tile_raw[ATT_CH * (ATT_DMAX * 4 + 16)];
   __shared__ float sc[ATT_RMAX * ATT_CH];
   __shared__ float s_alpha[ATT_RMAX], s_m[ATT_RMAX], s_l[ATT_RMAX];
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
-  const int split = blockIdx.x, nsplit = gridDim.x;
   const int b = blockIdx.y / Hkv, kvh = blockIdx.y % Hkv;
   const int G = Hq / Hkv, R = G * Tq;
   const int r0 = blockIdx.z * ATT_RMAX;
@@ -237,6 +244,7 @@ __device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* w
   int kmax = 0;  // one past the last key any row of this block sees
   for (int r = 0; r < nrows; ++r) kmax = max(kmax, min(q_start + ((r0 + r) % Tq), L - 1) + 1);
   const int kend = min(kstart + KB, kmax);
+  if (!CLUSTER && kstart >= kmax) return false;  // uniform over the block: before any barrier
 
 #pragma unroll
   for (int u = 0; u < ATT_RMAX * ATT_DMAX / ATT_THREADS; ++u) {  // query rows -> shared
@@ -328,11 +336,13 @@ __device__ void attn_partial_body(const T* q, const T* kc, const T* vc, float* w
       }
     }
   }
+  return true;
 }
 
 template <typename T>
 __device__ void attn_combine_body(const float* ws_m, const float* ws_l, const float* ws_acc, T* out, i64 osb,
-                                  i64 osh, i64 ost, int Hq, int Tq, int D, int nsplit) {
+                                  i64 osh, i64 ost, int Hq, int Tq, int D, int nsplit, const int* pos_ptr,
+                                  int q_off, int L, int KB) {
   // every thread merges the splits itself (merge_all_splits): m and l are broadcast reads, acc is
   // coalesced over d, up to ATT_CG splits cost one round trip to memory and no block barrier. Fixed
   // order per row: the result does not depend on Tq.
@@ -343,11 +353,15 @@ __device__ void attn_combine_body(const float* ws_m, const float* ws_l, const fl
   const float* m = ws_m + row * nsplit;
   const float* l = ws_l + row * nsplit;
   const int d = threadIdx.x;
+  // only the splits holding a key this row sees: the rest are empty (m = -inf, l = 0, acc = 0), and
+  // merging an empty split leaves (M, den, num) bit for bit unchanged, so skipping them changes no bit
+  const int q_start = (pos_ptr ? *pos_ptr : 0) + q_off;
+  const int nvis = min(nsplit, min(q_start + t, L - 1) / KB + 1);
   const float o = merge_all_splits([&](int s, float& ms, float& ls, float& as) {
     ms = m[s];
     ls = l[s];
     as = d < D ? ws_acc[(row * nsplit + s) * D + d] : 0.f;
-  }, nsplit);
+  }, nvis);
   if (d < D) out[b * osb + h * osh + t * ost + d] = from_f<T>(o);
 }
 
@@ -356,17 +370,23 @@ extern "C" {
   __global__ void __launch_bounds__(ATT_THREADS) attn_partial_##sfx(                                      \
       const T* q, const T* kc, const T* vc, float* ws_m, float* ws_l, float* ws_acc, const int* pos_ptr,   \
       int q_off, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 ksl, i64 vsb, i64 vsh, i64 vsl, int Hq,  \
-      int Hkv, int Tq, int D, int L, int KB, float scale) {                                                \
+      int Hkv, int Tq, int D, int L, int KB, float scale, int nsplit) {                                    \
     if (ATT_TRIGGER_EARLY) pdl_trigger(); /* attn_combine may launch and wait in its own pdl_wait */     \
     pdl_wait();                                                                                           \
-    attn_partial_body<T, false>(q, kc, vc, ws_m, ws_l, ws_acc, pos_ptr, q_off, qsb, qsh, qst, ksb, ksh, ksl, \
-                                vsb, vsh, vsl, Hq, Hkv, Tq, D, L, KB, scale, (T*)0, 0, 0, 0);              \
+    for (int split = blockIdx.x; split < nsplit; split += gridDim.x) {                                   \
+      if (split != (int)blockIdx.x) __syncthreads(); /* shared state of the previous split is read */     \
+      if (!attn_partial_body<T, false>(q, kc, vc, ws_m, ws_l, ws_acc, pos_ptr, q_off, qsb, qsh, qst, ksb,  \
+                                       ksh, ksl, vsb, vsh, vsl, Hq, Hkv, Tq, D, L, KB, scale, (T*)0, 0, 0, \
+                                       0, split, nsplit))                                                 \
+        break; /* past every visible key: so is every later split */                                      \
+    }                                                                                                     \
   }                                                                                                       \
   __global__ void attn_combine_##sfx(const float* ws_m, const float* ws_l, const float* ws_acc, T* out,    \
-                                     i64 osb, i64 osh, i64 ost, int Hq, int Tq, int D, int nsplit) {       \
+                                     i64 osb, i64 osh, i64 ost, int Hq, int Tq, int D, int nsplit,         \
+                                     const int* pos_ptr, int q_off, int L, int KB) {                       \
     pdl_trigger(); /* the O projection may start streaming its weights */                                 \
     pdl_wait();                                                                                           \
-    attn_combine_body<T>(ws_m, ws_l, ws_acc, out, osb, osh, ost, Hq, Tq, D, nsplit);                        \
+    attn_combine_body<T>(ws_m, ws_l, ws_acc, out, osb, osh, ost, Hq, Tq, D, nsplit, pos_ptr, q_off, L, KB); \
   }                                                                                                       \
   __global__ void __launch_bounds__(ATT_THREADS) attn_cluster_##sfx(                                      \
       const T* q, const T* kc, const T* vc, T* out, const int* pos_ptr, int q_off, i64 qsb, i64 qsh,       \
@@ -375,7 +395,7 @@ extern "C" {
     if (ATT_TRIGGER_EARLY) pdl_trigger(); /* the O projection may launch and load its weights */         \
     pdl_wait();                                                                                           \
     attn_partial_body<T, true>(q, kc, vc, 0, 0, 0, pos_ptr, q_off, qsb, qsh, qst, ksb, ksh, ksl, vsb, vsh,  \
-                               vsl, Hq, Hkv, Tq, D, L, KB, scale, out, osb, osh, ost);                     \
+                               vsl, Hq, Hkv, Tq, D, L, KB, scale, out, osb, osh, ost, blockIdx.x, gridDim.x); \
   }
 ATT_INST(f32, float)
 ATT_INST(bf16, bf16_t)

@@ -41,6 +41,9 @@ from .cuda_pdl import PdlLauncher
 from .cuda_runtime import get_cupy, kernels
 
 
+ATT_SLOT_BLOCKS = 264  # attention partial blocks a step aims at (two per SM of an H200) ...
+ATT_MIN_SLOTS = 32  # ... with at least this many split slots (long prefill steps have many row groups)
+ATT_STEP_ROWS = 16  # steps of at most this many tokens (decode, verify) share one attention split size
 _NORMED = object()  # "xn already holds the normalised residual" (a resnorm GEMV's epilogue wrote it)
 
 
@@ -96,7 +99,8 @@ class CudaDecoder:
     def __init__(self, cfg: Any, weights: Dict[str, Any], max_len: int, max_tokens: int = 128,
                  gemv: str = "ours1", fuse_norm: bool = False, pdl: Optional[bool] = None,
                  silu: str = "gateup", norm_epilogue: bool = True, qkv_rope: bool = True, rows1: int = 4,
-                 rows_big: int = 8, attn: str = "split", qkv_norm: str = "auto") -> None:
+                 rows_big: int = 8, attn: str = "split", qkv_norm: str = "auto",
+                 attn_kb: Optional[int] = None) -> None:
         """gemv: which steps run their products in kernels/gemv.cu (SwiGLU and the residual add
         fused in): "ours1" one-token steps (default: verify steps then cost about one decode
         step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
@@ -127,7 +131,12 @@ class CudaDecoder:
         every block reads the fp32 row and the norm weight); "auto" (default) = consumer for
         hidden_size <= 2048 (H200: 1.5B step -1.5%, 7B step +1.2% with consumer, kernels/NOTES.md).
         fuse_norm makes every one of our GEMVs that reads a normalised input (QKV, gate/up, LM head)
-        compute the norm itself."""
+        compute the norm itself.
+        attn_kb: keys per attention split of steps of <= 16 tokens (a multiple of 32; default 32 up to
+        32,768 cache positions, then the least multiple of 32 that keeps 1024 splits; longer prefill
+        steps use larger splits). Any fixed value keeps verify == decode bit for bit. A step's attention
+        costs what its visible splits cost, not max_len: the partial kernel's blocks loop over the
+        splits holding visible keys and stop, and attn_combine merges only those (kernels/attention.cu)."""
         if rows1 not in (2, 4):
             raise ValueError(f"rows1 must be 2 or 4, got {rows1!r}")
         if rows_big not in (4, 8):
@@ -205,17 +214,24 @@ class CudaDecoder:
         self.history = cp.zeros(max_len + T, cp.int64)
         self.am_v = cp.zeros(T * argmax_plan(V)[0], cp.float32)
         self.am_i = cp.zeros(T * argmax_plan(V)[0], cp.int32)
-        # keys per attention split: one 32-key chunk up to 8k positions, at most 256 splits beyond
-        self.kb = 32 * max(1, math.ceil(max_len / (32 * 256)))
+        # keys per attention split of decode / verify steps (<= ATT_STEP_ROWS tokens): one 32-key chunk up
+        # to 32k positions, at most 1024 splits beyond; longer (prefill) steps, which need not match them
+        # bit for bit, use at most 256 larger splits (the workspace holds max_tokens rows of those)
+        self.kb = int(attn_kb) if attn_kb is not None else 32 * max(1, math.ceil(max_len / (32 * 1024)))
+        if self.kb < 32 or self.kb % 32:
+            raise ValueError(f"attn_kb must be a positive multiple of 32, got {attn_kb!r}")
         self.nsplit = math.ceil(max_len / self.kb)
+        self.kb_big = max(self.kb, 32 * max(1, math.ceil(max_len / (32 * 256))))
+        self.nsplit_big = math.ceil(max_len / self.kb_big)
         fits = self.nsplit <= ATT_CLUSTER_MAX and cluster_supported()
         if attn == "cluster" and not fits:
             raise ValueError(f"attn='cluster' needs compute capability >= 9.0 and at most {ATT_CLUSTER_MAX} "
                              f"attention splits ({self.nsplit} for max_len {max_len}); use 'auto' or 'split'")
         self.attn = "cluster" if attn == "cluster" or (attn == "auto" and fits) else "split"
-        self.ws_m = cp.zeros(Hq * T * self.nsplit, cp.float32)
-        self.ws_l = cp.zeros(Hq * T * self.nsplit, cp.float32)
-        self.ws_acc = cp.zeros(Hq * T * self.nsplit * D, cp.float32)
+        ws_rows = Hq * max(min(T, ATT_STEP_ROWS) * self.nsplit, T * self.nsplit_big)
+        self.ws_m = cp.zeros(ws_rows, cp.float32)
+        self.ws_l = cp.zeros(ws_rows, cp.float32)
+        self.ws_acc = cp.zeros(ws_rows * D, cp.float32)
         self.counter = cp.zeros(1, cp.uint32)  # grid-wide ticket of the resnorm GEMVs (0 between launches)
         # sampling (kernels/sampling.cu): None = greedy (argmax), else (1 / temperature, top_k, top_p);
         # rng = [seed, counter] on the device; probs = a ring of filtered probability rows (the draft's q
@@ -315,18 +331,22 @@ class CudaDecoder:
         """attn_out (T, Hq*D) = causal attention of q (T, Hq, D) over the layer's cache up to pos + t."""
         Hq, Hkv, D, i32, i64 = self.Hq, self.Hkv, self.D, np.int32, np.int64
         qkv = (i64(0), i64(D), i64(Hq * D), i64(0), i64(self.max_len * D), i64(D), i64(0), i64(self.max_len * D), i64(D))
-        tail = (i32(Hq), i32(Hkv), i32(T), i32(D), i32(self.max_len), i32(self.kb), np.float32(D ** -0.5))
-        grid = (self.nsplit, Hkv, groups)
+        kb, nsplit = (self.kb, self.nsplit) if T <= ATT_STEP_ROWS else (self.kb_big, self.nsplit_big)
+        tail = (i32(Hq), i32(Hkv), i32(T), i32(D), i32(self.max_len), i32(kb), np.float32(D ** -0.5))
         if self.attn == "cluster":  # out (t, h, d) at t*Hq*D + h*D + d: strides (0, D, Hq*D)
-            self.k.launch("attn_cluster_bf16", grid, (128,),
+            self.k.launch("attn_cluster_bf16", (nsplit, Hkv, groups), (128,),
                           (self.q, lw["k"], lw["v"], self.attn_out, self.pos, i32(0)) + qkv
-                          + (i64(0), i64(D), i64(Hq * D)) + tail, cluster=(self.nsplit, 1, 1))
+                          + (i64(0), i64(D), i64(Hq * D)) + tail, cluster=(nsplit, 1, 1))
             return
-        self.k.launch("attn_partial_bf16", grid, (128,),
-                      (self.q, lw["k"], lw["v"], self.ws_m, self.ws_l, self.ws_acc, self.pos, i32(0)) + qkv + tail)
+        # split slots: about two blocks per SM; a block loops over splits slot, slot + slots, ... while
+        # they hold visible keys (kernels/attention.cu), so the grid does not grow with max_len
+        slots = min(nsplit, max(ATT_MIN_SLOTS, math.ceil(ATT_SLOT_BLOCKS / (Hkv * groups))))
+        self.k.launch("attn_partial_bf16", (slots, Hkv, groups), (128,),
+                      (self.q, lw["k"], lw["v"], self.ws_m, self.ws_l, self.ws_acc, self.pos, i32(0)) + qkv + tail
+                      + (i32(nsplit),))
         self.k.launch("attn_combine_bf16", (Hq * T,), (32 * math.ceil(D / 32),),
                       (self.ws_m, self.ws_l, self.ws_acc, self.attn_out, i64(0), i64(D), i64(Hq * D),
-                       i32(Hq), i32(T), i32(D), i32(self.nsplit)))
+                       i32(Hq), i32(T), i32(D), i32(nsplit), self.pos, i32(0), i32(self.max_len), i32(kb)))
 
     def _step(self, T: int, all_logits: bool, advance: bool) -> None:
         """Enqueue one forward step over tokens[0:T] at positions pos..pos+T-1 (no host sync)."""

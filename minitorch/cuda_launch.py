@@ -407,8 +407,10 @@ def attention(q: Any, k: Any, v: Any, out: Any, scale: float, q_start: int, clus
     ws_acc = cp.empty(rows * nsplit * D, dtype=cp.float32)
     kernels().launch(
         f"attn_partial_{sfx}", (nsplit, B * Hkv, groups), (128,),
-        (ptr(q), ptr(k), ptr(v), ws_m, ws_l, ws_acc, np.uint64(0), np.int32(q_start)) + qkv_args + tail)
+        (ptr(q), ptr(k), ptr(v), ws_m, ws_l, ws_acc, np.uint64(0), np.int32(q_start)) + qkv_args + tail
+        + (np.int32(nsplit),))
     kernels().launch(
         f"attn_combine_{sfx}", (rows,), (32 * math.ceil(D / 32),),
         (ws_m, ws_l, ws_acc, ptr(out), i64(out.strides[0]), i64(out.strides[1]), i64(out.strides[2]),
-         np.int32(Hq), np.int32(T), np.int32(D), np.int32(nsplit)))
+         np.int32(Hq), np.int32(T), np.int32(D), np.int32(nsplit), np.uint64(0), np.int32(q_start), np.int32(L),
+         np.int32(kb)))
