@@ -82,16 +82,37 @@ def generate_cuda(dec: Any, prompt_ids: Sequence[int], max_new_tokens: int, cfg:
     t0 = time.perf_counter()
     with timer("prefill"):
         _prefill_all_but_last(dec, prompt)
+    # one step in flight ahead of the host: step i + 1 is queued (decode_advance already wrote its input
+    # on the device) before the host waits for token i, copied from the history into pinned memory, so
+    # the GPU never idles while the host checks a token. A stop token wastes the one step queued after it.
+    cp, stream = dec.cp, dec.stream
+    host_mem = cp.cuda.alloc_pinned_memory(16)
+    host = np.frombuffer(host_mem, np.int64, 2)
+    ready = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
+    first = len(prompt)  # history index of the first new token (step i at position len(prompt) - 1 + i)
+    item = dec.history.itemsize
+
+    def launch(i: int) -> None:
+        dec.replay(1, all_logits=False, advance=True)
+        cp.cuda.runtime.memcpyAsync(host.ctypes.data + 8 * (i % 2), dec.history.data.ptr + item * (first + i), 8,
+                                    cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+        ready[i % 2].record(stream)
+
     out: list[int] = []
     forwards, done = 0, False
+    with timer("verify"):
+        launch(0)
     while not done:
         with timer("verify"):
-            dec.replay(1, all_logits=False, advance=True)
-            tok = int(dec.tokens[:1].get(stream=dec.stream)[0])
+            if forwards + 1 < max_new_tokens:
+                launch(forwards + 1)
+            ready[forwards % 2].synchronize()
+            tok = int(host[forwards % 2])
         forwards += 1
         _, done = emit([tok], out, max_new_tokens, stops)
         if on_tokens is not None:
             on_tokens([tok])
+    stream.synchronize()  # a step queued after a stop token finishes before the caller reuses the decoder
     return autoregressive_result(out, stops, forwards, timer, time.perf_counter() - t0)  # sampling: on the device
 
 
