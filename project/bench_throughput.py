@@ -10,6 +10,10 @@ acceptance patterns (every draft accepted / none) and the engine itself (minitor
   python project/bench_throughput.py                                  # 1.5B and 7B shapes
   python project/bench_throughput.py --shape r1-distill-qwen-7b --baselines all --spec
   python project/bench_throughput.py --spec --sampling --gammas 1 2 4 8
+  python project/bench_throughput.py --spec --gemv ours --gammas 2 3 4  # cost model at --alpha 0.85
+  python project/bench_throughput.py --model qwen2.5-coder-1.5b-instruct --engine --max-len 32768
+      (real weights: registry name, .gguf or HF folder; --engine also times the generation engine,
+      the CLI's path, at the CLI's 32k-position cache)
 """
 from __future__ import annotations
 
@@ -31,7 +35,32 @@ SHAPES: Dict[str, Dict[str, Any]] = {
     "r1-distill-qwen-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                                num_attention_heads=28, num_key_value_heads=4, rope_theta=10000.0,
                                rms_norm_eps=1e-6, tie_word_embeddings=False, max_position_embeddings=131072),
+    # the offline pair's shapes (tied embeddings: the LM head reads the embedding matrix)
+    "qwen2.5-coder-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                               num_attention_heads=12, num_key_value_heads=2, rope_theta=1000000.0,
+                               rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=32768),
+    "qwen2.5-coder-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                               num_attention_heads=14, num_key_value_heads=2, rope_theta=1000000.0,
+                               rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=32768),
 }
+DEFAULT_SHAPES = ["r1-distill-qwen-1.5b", "r1-distill-qwen-7b"]
+SPEC_PAIRS = {"r1": ("r1-distill-qwen-7b", "r1-distill-qwen-1.5b"),
+              "coder": ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")}
+CONFIG_KEYS = tuple(SHAPES["r1-distill-qwen-7b"])
+
+
+def load_real(name: str) -> "tuple[Dict[str, Any], Dict[str, Any], int]":
+    """(shape, weights, vocabulary limit) of a real model (registry name, HF folder or .gguf):
+    float32 checkpoint-named arrays, as the CLI's CUDA path uploads them (a GGUF is dequantized,
+    never the CPU's packed form), and the tokenizer's vocabulary size capped at the logits (what
+    generation limits the argmax to). ValueError / OSError for a user's mistake."""
+    from minitorch.cuda_decode import weights_from_model
+    from minitorch.models import load_model
+
+    model, tok = load_model(name, dtype="float32", weights="float32")
+    shape = {k: getattr(model.config, k) for k in CONFIG_KEYS}
+    weights = weights_from_model(model)
+    return shape, weights, min(int(model.config.vocab_size), int(tok.vocab_size))
 
 
 def cfg_of(name: str) -> SimpleNamespace:
@@ -133,20 +162,21 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
 
     from minitorch.cuda_decode import CudaDecoder, random_weights
 
-    max_len = args.prompt + args.new + 16
+    max_len = args.max_len or args.prompt + args.new + 16
     t0 = time.perf_counter()
     w = random_weights(cfg, seed=0) if args.model is None else args.weights
     dec = CudaDecoder(cfg, w, max_len=max_len, max_tokens=max(args.prompt, 9), gemv=args.gemv,
                       fuse_norm=args.fuse_norm, pdl={"auto": None, "on": True, "off": False}[args.pdl],
                       silu=args.silu, norm_epilogue=args.norm_epilogue == "on", qkv_rope=args.qkv_rope == "on",
-                      rows1=args.rows1, rows_big=args.rows_big, attn=args.attn, qkv_norm=args.qkv_norm)
+                      rows1=args.rows1, rows_big=args.rows_big, attn=args.attn, qkv_norm=args.qkv_norm,
+                      attn_kb=args.attn_kb)
     del w
     cp.get_default_memory_pool().free_all_blocks()
     setup = time.perf_counter() - t0
     prompt = [int(x) for x in np.random.default_rng(0).integers(0, cfg.vocab_size, args.prompt)]
     dec.prefill(prompt)
     dec.decode(4)  # captures the decode graph
-    res: Dict[str, Any] = dict(shape=name, setup_s=setup)
+    res: Dict[str, Any] = dict(shape=name, setup_s=setup, max_len=max_len, attn_kb=dec.kb)
     for sync_every, key in ((1, "sync_each"), (args.new, "sync_end")):
         t0 = time.perf_counter()
         dec.prefill(prompt)
@@ -156,6 +186,10 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
         res["prefill_s"] = t1 - t0
         res[f"tok_s_{key}"] = (args.new - 1) / (t2 - t1)
         res["tokens_head"] = toks[:8]
+    if args.engine:  # target alone through the generation engine (what the CLI and benchmarks run)
+        res.update(bench_generate(dec, prompt, args, getattr(args, "vocab_limit", None) or cfg.vocab_size))
+        print(f"[{name}] engine (generate_cuda, vocabulary {res['engine_vocab']}): {res['tok_s_engine']:.1f} "
+              f"tokens/sec after the prompt; bench decode loop {res['tok_s_sync_each']:.1f}")
     bpt = bytes_per_token(cfg, args.prompt + args.new / 2)
     tps = res["tok_s_sync_each"]
     res.update(bytes_per_token=bpt, gb_s=bpt * tps / 1e9, bound_tok_s=bw / bpt, share_of_bound=bpt * tps / bw)
@@ -198,6 +232,21 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
 SAMPLING_SETS = {"t1": (1.0, 0, 1.0), "t0.7_topp0.9": (0.7, 0, 0.9), "topk50": (1.0, 50, 1.0)}
 
 
+def bench_generate(dec: Any, prompt: List[int], args: argparse.Namespace, vocab: int) -> Dict[str, Any]:
+    """Greedy target-alone tokens/s through minitorch/generation/cuda.py (prefill excluded), no stop
+    tokens, the logits limited to `vocab` as the CLI limits them to the tokenizer's; restores the
+    decoder's whole vocabulary after."""
+    from minitorch.generation.cuda import generate_cuda
+
+    generate_cuda(dec, prompt, 8, vocab_size=vocab)  # captures the graphs of this vocabulary
+    best = 0.0
+    for _ in range(2):
+        st = generate_cuda(dec, prompt, args.new - 1, vocab_size=vocab).stats
+        best = max(best, st["new_tokens"] / (st["time_total"] - st["time_prefill"]))
+    dec.limit_vocab(dec.V)
+    return dict(tok_s_engine=best, engine_vocab=vocab)
+
+
 def bench_engine(target: Any, draft: Any, args: argparse.Namespace) -> List[Dict[str, Any]]:
     """The speculative engine itself (minitorch/generation/cuda.py: device acceptance, one read-back a
     round) on random weights: the two models disagree, so nearly every draft is rejected and a round
@@ -218,7 +267,7 @@ def bench_engine(target: Any, draft: Any, args: argparse.Namespace) -> List[Dict
             per = {k: st[f"time_{k}"] / st["rounds"] * 1e3 for k in ("draft", "verify")}
             out.append(dict(sampling=label, gamma=gamma, tok_s=tps, alpha=st["alpha"],
                             round_ms=decode_s / st["rounds"] * 1e3, draft_ms=per["draft"], verify_ms=per["verify"]))
-            print(f"[spec engine 7B<-1.5B] {label} gamma={gamma}: {tps:.1f} tokens/sec after the prompt, alpha "
+            print(f"[spec engine] {label} gamma={gamma}: {tps:.1f} tokens/sec after the prompt, alpha "
                   f"{st['alpha']:.3f}, {decode_s / st['rounds'] * 1e3:.2f} ms a round (GPU: draft steps "
                   f"{per['draft']:.2f} ms, verify + acceptance {per['verify']:.2f} ms)")
     return out
@@ -258,9 +307,21 @@ def bench_spec(target: Any, draft: Any, args: argparse.Namespace) -> List[Dict[s
             draft.stream.synchronize()
             dt = time.perf_counter() - t0
             out.append(dict(gamma=gamma, pattern=pattern, tok_s=produced / dt, cycle_ms=dt / cycles * 1e3))
-            print(f"[spec 7B<-1.5B] gamma={gamma} accepted={pattern:4s}: {produced / dt:.1f} tokens/sec "
+            print(f"[spec forced] gamma={gamma} accepted={pattern:4s}: {produced / dt:.1f} tokens/sec "
                   f"({dt / cycles * 1e3:.2f} ms a cycle)")
     return out
+
+
+def expected_tokens_per_round(alpha: float, gamma: int) -> float:
+    """Leviathan et al. (2023) eq. 1 (minitorch/generation/stats.py has the same)."""
+    return gamma + 1.0 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def cost_model(alpha: float, c: float, verify_ratio: Dict[int, float], gammas: List[int]) -> Dict[int, float]:
+    """Predicted speedup over target-alone decoding, every cost measured in step units:
+    E[tokens a round] / (gamma * c + verify(gamma + 1) / step), per gamma (1..8)."""
+    return {g: expected_tokens_per_round(alpha, g) / (g * c + verify_ratio[g]) for g in sorted(set(gammas))
+            if g in verify_ratio}
 
 
 def bench_hf(cfg: Any, args: argparse.Namespace, compiled: bool) -> float:
@@ -312,7 +373,18 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--new", type=int, default=256, help="new tokens to generate (default 256)")
     ap.add_argument("--baselines", choices=["none", "eager", "all"], default="none",
                     help="also time transformers eager ('eager') and static cache + torch.compile ('all')")
-    ap.add_argument("--spec", action="store_true", help="speculative decoding 7B target <- 1.5B draft, forced patterns")
+    ap.add_argument("--spec", action="store_true", help="speculative decoding (--spec-pair: target <- draft shapes), "
+                    "forced patterns, the engine, and the cost model's speedup at --alpha")
+    ap.add_argument("--spec-pair", choices=sorted(SPEC_PAIRS), default="r1",
+                    help="shapes for --spec: r1 = 7B <- 1.5B (default), coder = Qwen2.5-Coder 1.5B <- 0.5B (tied)")
+    ap.add_argument("--alpha", type=float, default=0.85, help="acceptance rate for --spec's cost model (default 0.85)")
+    ap.add_argument("--max-len", type=int, default=0,
+                    help="cache positions of each decoder (default prompt + new + 16; the CLI's is 32768)")
+    ap.add_argument("--attn-kb", type=int, default=None,
+                    help="keys per attention split (multiple of 32; default: the decoder's choice for --max-len)")
+    ap.add_argument("--engine", action="store_true",
+                    help="also time target-alone greedy decoding through the generation engine (generate_cuda, "
+                         "the CLI's path: logits limited to the tokenizer's vocabulary with --model)")
     ap.add_argument("--gammas", type=int, nargs="+", default=[4], help="draft lengths for --spec (default 4)")
     ap.add_argument("--sampling", action="store_true",
                     help="also time decoding with sampling on the device (temperature 1; 0.7 + top-p 0.9; top-k 50)")
@@ -352,14 +424,39 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="print GPU time per kernel of one step (T=1 and T=5)")
     ap.add_argument("--json", type=Path, help="write all numbers to this JSON file")
     args = ap.parse_args(argv)
+    problem = None
     if args.prompt < 1 or args.new < 2:
-        print("bench_throughput: --prompt must be >= 1 and --new >= 2", file=sys.stderr)
+        problem = "--prompt must be >= 1 and --new >= 2"
+    elif args.attn_kb is not None and (args.attn_kb < 32 or args.attn_kb % 32):
+        problem = f"--attn-kb must be a positive multiple of 32, got {args.attn_kb}"
+    elif args.max_len and args.max_len < args.prompt + args.new + 16:
+        problem = f"--max-len must be at least prompt + new + 16 = {args.prompt + args.new + 16}"
+    elif any(not 1 <= g <= 8 for g in args.gammas):
+        problem = "--gammas must lie in 1..8"
+    elif not 0 < args.alpha < 1:
+        problem = "--alpha must lie in (0, 1)"
+    if problem:
+        print(f"bench_throughput: {problem}", file=sys.stderr)
         return 2
     from minitorch.cuda_runtime import BUILD_DIR, cuda_available, get_cupy, unavailable_reason
 
     if not cuda_available():
         print(f"bench_throughput: {unavailable_reason()}", file=sys.stderr)
         return 2
+    shapes = args.shape or list(DEFAULT_SHAPES)
+    args.weights = None
+    if args.spec and args.model is not None:
+        print("bench_throughput: --spec uses the named random shapes; drop --model", file=sys.stderr)
+        return 2
+    if args.model is not None:  # real weights: loaded on the CPU once, uploaded as bf16
+        try:
+            SHAPES[args.model], args.weights, args.vocab_limit = load_real(args.model)
+        except (ValueError, OSError) as e:
+            print(f"bench_throughput: {e}", file=sys.stderr)
+            return 2
+        shapes = [args.model]
+    if args.spec:
+        shapes = list(SPEC_PAIRS[args.spec_pair])
     cp = get_cupy()
     dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     bw = copy_bandwidth(cp)
@@ -368,26 +465,6 @@ def main(argv: List[str] | None = None) -> int:
           f"norm_epilogue={args.norm_epilogue}, qkv_rope={args.qkv_rope}, rows1={args.rows1}, "
           f"rows_big={args.rows_big}, attn={args.attn}, qkv_norm={args.qkv_norm}; "
           f"kernels from {BUILD_DIR}")
-    shapes = args.shape or ["r1-distill-qwen-1.5b", "r1-distill-qwen-7b"]
-    args.weights = None
-    if args.model is not None:  # real weights: loaded on the CPU once, uploaded as bf16
-        from minitorch.cuda_decode import weights_from_model
-        from minitorch.models import load_model
-
-        try:
-            model, _ = load_model(args.model, dtype="float32")
-        except (ValueError, OSError) as e:
-            print(f"bench_throughput: {e}", file=sys.stderr)
-            return 2
-        args.weights = weights_from_model(model)
-        SHAPES[args.model] = {k: getattr(model.config, k) for k in SHAPES["r1-distill-qwen-7b"]}
-        shapes = [args.model]
-        del model
-    if args.spec and args.model is not None:
-        print("bench_throughput: --spec uses the named random shapes; drop --model", file=sys.stderr)
-        return 2
-    if args.spec:
-        shapes = sorted(set(shapes) | set(SHAPES))
     results: Dict[str, Any] = dict(device=dev, copy_bw=bw, shapes={})
     decs = {}
     for name in ([] if args.baselines_only else shapes):
@@ -398,11 +475,19 @@ def main(argv: List[str] | None = None) -> int:
             del decs[name]
             cp.get_default_memory_pool().free_all_blocks()
     if args.spec and not args.baselines_only:
-        results["spec"] = bench_spec(decs["r1-distill-qwen-7b"], decs["r1-distill-qwen-1.5b"], args)
-        results["spec_engine"] = bench_engine(decs["r1-distill-qwen-7b"], decs["r1-distill-qwen-1.5b"], args)
-        c = results["shapes"]["r1-distill-qwen-1.5b"]["step_ms"] / results["shapes"]["r1-distill-qwen-7b"]["step_ms"]
+        tname, dname = SPEC_PAIRS[args.spec_pair]
+        results["spec"] = bench_spec(decs[tname], decs[dname], args)
+        results["spec_engine"] = bench_engine(decs[tname], decs[dname], args)
+        tr, dr = results["shapes"][tname], results["shapes"][dname]
+        c = dr["step_ms"] / tr["step_ms"]
         results["cost_ratio_c"] = c
-        print(f"[spec] measured cost ratio c = draft step / target step = {c:.3f}")
+        print(f"[spec] measured cost ratio c = draft step / target step = {c:.3f} ({dname} {dr['step_ms']:.3f} ms, "
+              f"{tname} {tr['step_ms']:.3f} ms)")
+        results["cost_model"] = cost_model(args.alpha, c, tr["verify_ratio"], args.gammas)
+        for g, sp in results["cost_model"].items():
+            print(f"[spec] cost model at alpha {args.alpha}: gamma={g}: E[tokens/round] "
+                  f"{expected_tokens_per_round(args.alpha, g):.2f}, verify {tr['verify_ratio'][g]:.2f}x a step "
+                  f"-> predicted speedup {sp:.2f}x ({args.gemv} verify)")
         decs.clear()
         cp.get_default_memory_pool().free_all_blocks()
     if args.baselines != "none":
