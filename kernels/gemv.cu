@@ -18,6 +18,9 @@
 // Per-token reduction order: every instantiation (any TMAX, ROWS) accumulates token t of row n in
 //   the same order (thread k8 chain of fmaf, warp shuffle, 8 warps in order), so a token's result
 //   does not depend on how many tokens share the launch (greedy speculative == autoregressive).
+//   Kernels with more than 8 sums a warp (ROWS * TMAX: the verify steps) reduce them all in one
+//   reduce-scatter (warp_sum_scatter: the same partners in the same order as warp_sum, so the same
+//   bits) with P - 1 + log2(32 / P) shuffles for P padded sums instead of 5 a sum (-DGEMV_RS=0: off).
 //   _norm: x is the fp32 residual stream (T, K) and nw a bf16 RMSNorm weight; each block computes
 //          rsqrt(mean(x^2) + eps) per token itself (from the thread's own 16-byte chunks, the ones
 //          its loop reads again from L1; a fixed order) and uses bf16(bf16(x * inv) * nw), what
@@ -67,6 +70,12 @@
 #ifndef GEMV_TRIGGER_EARLY
 #define GEMV_TRIGGER_EARLY 1
 #endif
+#ifndef GEMV_RS
+#define GEMV_RS 1  // kernels with more than 8 sums a warp reduce them with warp_sum_scatter (0: warp_sum each)
+#endif
+#ifndef GEMV_RS_BROKEN
+#define GEMV_RS_BROKEN 0  // tests only: those kernels sum lanes in another order (offsets 1, 2, .. 16): not exact
+#endif
 
 __device__ __forceinline__ void bf16x8_to_f32(const uint4& v, float* f) {
   const unsigned int w[4] = {v.x, v.y, v.z, v.w};
@@ -77,6 +86,36 @@ __device__ __forceinline__ void bf16x8_to_f32(const uint4& v, float* f) {
   }
 }
 __device__ __forceinline__ float round_bf16(float x) { return to_f(from_f<bf16_t>(x)); }
+
+// One reduce-scatter stage over lane offset o: M live slots y[0..M); a lane with bit o set keeps the upper
+// half, the other the lower half, each adding its partner's copy of the half it keeps (own + partner's,
+// as warp_sum adds), into y[0..M/2).
+template <int M>
+__device__ __forceinline__ void rs_stage(float (&y)[32], int lane, int o) {
+  const bool hi = (lane & o) != 0;
+#pragma unroll
+  for (int k = 0; k < M / 2; ++k) {
+    const float send = hi ? y[k] : y[k + M / 2];
+    const float keep = hi ? y[k + M / 2] : y[k];
+    y[k] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+  }
+}
+// warp_sum of each of P (a power of two <= 32) values y[0..P) (each lane its own), bit for bit: every
+// partial sum meets the same partner in the same order (offsets 16, 8, 4, 2, 1) as in warp_sum, and float
+// addition commutes. The reduce-scatter stages halve the values a lane carries, so P values cost P - 1 +
+// log2(32 / P) shuffles instead of 5 P. Lane l returns the sum of value l / (32 / P).
+template <int P>
+__device__ __forceinline__ float warp_sum_scatter(float (&y)[32], int lane) {
+  if constexpr (P >= 2) rs_stage<P>(y, lane, 16);
+  if constexpr (P >= 4) rs_stage<P / 2>(y, lane, 8);
+  if constexpr (P >= 8) rs_stage<P / 4>(y, lane, 4);
+  if constexpr (P >= 16) rs_stage<P / 8>(y, lane, 2);
+  if constexpr (P >= 32) rs_stage<P / 16>(y, lane, 1);
+  float v = y[0];
+#pragma unroll
+  for (int o = 16 / P; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
 
 enum { MODE_PLAIN = 0, MODE_SILU = 1, MODE_NORM = 2 };
 
@@ -360,13 +399,33 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
   pdl_trigger();  // weights streamed: the next kernel may launch and load its own
 #endif
   __syncthreads();  // `red` is reused below
+  constexpr int NV = ROWS * TMAX;  // sums of this warp: (row r, token t) at r * TMAX + t
+  if constexpr (GEMV_RS_BROKEN && NV > 8) {  // a deliberately wrong order (tests/test_cuda_gemv_tokens.py)
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r)
+    for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-    for (int t = 0; t < TMAX; ++t) {
-      float v = warp_sum(acc[r][t]);
-      if (lane == 0) red[wid][r * TMAX + t] = v;
-    }
+      for (int t = 0; t < TMAX; ++t) {
+        float v = acc[r][t];
+        for (int o = 1; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) red[wid][r * TMAX + t] = v;
+      }
+  } else if constexpr (GEMV_RS && NV > 8 && NV <= 32) {  // several tokens: one reduce-scatter, the same bits
+    constexpr int P = NV <= 16 ? 16 : 32;
+    float y[32];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) y[j] = j < NV ? acc[j / TMAX][j % TMAX] : 0.f;
+    const float v = warp_sum_scatter<P>(y, lane);
+    const int j = lane / (32 / P);
+    if (lane % (32 / P) == 0 && j < NV) red[wid][j] = v;
+  } else {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+      for (int t = 0; t < TMAX; ++t) {
+        float v = warp_sum(acc[r][t]);
+        if (lane == 0) red[wid][r * TMAX + t] = v;
+      }
+  }
   __syncthreads();
   if (OUT == OUT_QKVROPE) {
     // rows n0 + 2p, n0 + 2p + 1 = elements i, i + D/2 of head h (permuted rows): bias, rotate, write

@@ -33,6 +33,25 @@ diag)
   run spec_r1_exact 120 python3 project/bench_throughput.py --spec --gemv ours --gammas 2 3 4 5 6 --json "$OUT/spec_r1_exact.json"
   run spec_r1_fast 100 python3 project/bench_throughput.py --spec --gemv ours1 --gammas 2 3 4 5 6 --json "$OUT/spec_r1_fast.json"
   ;;
+rs)  # the verify GEMVs' reduce-scatter: bits, a deliberately broken order, A/B against -DGEMV_RS=0
+  G="-gencode=arch=compute_90,code=sm_90"
+  mkdir -p /tmp/v_rs0 /tmp/v_broken
+  log build
+  (./compile_cuda.sh > "$OUT/build_new.log" 2>&1; echo "new rc=$?") &
+  (nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -DGEMV_RS=0 -o /tmp/v_rs0/gemv.fatbin kernels/gemv.cu; echo "rs0 rc=$?") &
+  (nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -DGEMV_RS_BROKEN=1 -o /tmp/v_broken/gemv.fatbin kernels/gemv.cu; echo "broken rc=$?") &
+  wait
+  for d in /tmp/v_rs0 /tmp/v_broken; do for f in minitorch/cuda_kernels/*.fatbin; do [ "$(basename $f)" = gemv.fatbin ] || cp $f $d/; done; done
+  PAT='passed|failed|rc=' run tests 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cuda_gemv_tokens.py \
+      tests/test_cuda_long_cache.py tests/test_cuda_pdl.py tests/test_cuda_model.py tests/test_cuda_attention.py \
+      -k "gemv or long_cache or pdl or exact or variants or greedy_speculative"
+  PAT='shape' run ab_new1 40 env PYTHONPATH=. python3 kernels/ab_variants.py short
+  PAT='shape' run ab_rs0 40 env PYTHONPATH=. MINITORCH_CUDA_BUILD_DIR=/tmp/v_rs0 python3 kernels/ab_variants.py short
+  PAT='shape' run ab_new2 40 env PYTHONPATH=. python3 kernels/ab_variants.py short
+  PAT='passed|failed|rc=' run broken 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_broken python3 -m pytest -q -m gpu \
+      -p no:cacheprovider tests/test_cuda_gemv_tokens.py tests/test_cuda_model.py -k "gemv or exact_mode"
+  PAT='cost model|verify step|rc=' run spec_r1_exact 60 python3 project/bench_throughput.py --spec --gemv ours --gammas 2 3 4 5
+  ;;
 real)  # after `.stage/assemble.sh join`; the wheels (gguf, math-verify) carried in .whl
   export MINITORCH_SPEC_CACHE=/root/cache
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \

@@ -1,0 +1,83 @@
+"""Every several-token GEMV (TMAX 4, 5, 8, 16: the verify steps' products) gives each token the bits
+the one-token GEMV gives it alone: the exact verify's foundation. The several-token kernels reduce their
+sums with a reduce-scatter (kernels/gemv.cu, warp_sum_scatter), the one-token ones with warp_sum. GPU only.
+
+A build with -DGEMV_RS_BROKEN=1 (another lane order, still within rounding of the right sums) fails
+these tests: python -m pytest tests/test_cuda_gemv_tokens.py with MINITORCH_CUDA_BUILD_DIR pointing at it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cuda_helpers import needs_gpu, up
+
+pytestmark = [pytest.mark.gpu, needs_gpu]
+
+SHAPES = [(37, 264), (1536, 1536), (515, 8960), (1000, 72), (8, 2056)]  # N, K
+
+
+def grid(tm, N):
+    return ((N + 3) // 4 if tm <= 8 else (N + 1) // 2,)
+
+
+def one_token_rows(name1, w, x, N_out, extra, counter=None):
+    """Row t = the one-token kernel's output for token t alone (fp32 or bf16 bits)."""
+    import cupy as cp
+
+    from minitorch.cuda_runtime import kernels
+
+    z = np.uint64(0)
+    rows = []
+    for t in range(x.shape[0]):
+        xt = up(x[t:t + 1], "bfloat16")
+        K = x.shape[1]
+        dims = (np.int32(w.shape[0]), np.int32(K), np.int32(1), np.int32(K))
+        if extra == "yf":
+            y = cp.full((1, N_out), np.nan, cp.float32)
+            kernels().launch(name1, ((w.shape[0] + 3) // 4,), (256,),
+                             (up(w, "bfloat16").storage, xt.storage, z, np.float32(0), z, y, z) + dims)
+        else:
+            y = cp.full((1, N_out), 0x7FC0, cp.uint16)
+            kernels().launch(name1, ((w.shape[0] + 3) // 4,), (256,),
+                             (up(w, "bfloat16").storage, xt.storage, z, np.float32(0), y, z, z) + dims + (counter,))
+        rows.append(y.get()[0])
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("tm", [4, 5, 8, 16])
+@pytest.mark.parametrize("N,K", SHAPES)
+def test_several_token_gemv_equals_one_token_gemv_bitwise(tm, N, K):
+    import cupy as cp
+
+    from minitorch.cuda_runtime import kernels
+
+    r = np.random.default_rng(tm * 7919 + N + K)
+    w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
+    z = np.uint64(0)
+    for T in sorted({1, max(1, tm // 2 + 1), tm}):
+        x = r.standard_normal((T, K)).astype(np.float32)
+        y = cp.full((T, N), np.nan, cp.float32)  # poisoned: every element must be written
+        kernels().launch(f"gemv{tm}_bf16", grid(tm, N), (256,),
+                         (up(w, "bfloat16").storage, up(x, "bfloat16").storage, z, np.float32(0), z, y, z,
+                          np.int32(N), np.int32(K), np.int32(T), np.int32(K)))
+        np.testing.assert_array_equal(y.get(), one_token_rows("gemv1_bf16", w, x, N, "yf"))
+
+
+@pytest.mark.parametrize("tm", [4, 5, 8, 16])
+@pytest.mark.parametrize("I,K", [(333, 1000), (4480, 1536), (37, 2056)])
+def test_several_token_gusilu_equals_one_token_bitwise(tm, I, K):
+    import cupy as cp
+
+    from minitorch.cuda_runtime import kernels
+
+    r = np.random.default_rng(tm * 31 + I + K)
+    w = (r.standard_normal((2 * I, K)) / np.sqrt(K)).astype(np.float32)  # interleaved gate/up rows
+    counter = cp.zeros(1, cp.uint32)
+    z = np.uint64(0)
+    T = tm
+    x = r.standard_normal((T, K)).astype(np.float32)
+    act = cp.full((T, I), 0x7FC0, cp.uint16)
+    kernels().launch(f"gemv{tm}_gusilu_bf16", grid(tm, 2 * I), (256,),
+                     (up(w, "bfloat16").storage, up(x, "bfloat16").storage, z, np.float32(0), act, z, z,
+                      np.int32(2 * I), np.int32(K), np.int32(T), np.int32(K), counter))
+    np.testing.assert_array_equal(act.get(), one_token_rows("gemv1_gusilu_bf16", w, x, I, "yb", counter))
