@@ -2,7 +2,7 @@
 torch, transformers, cupy, models or generation)."""
 from . import nn, operators
 from .autodiff import is_grad_enabled, no_grad, set_grad_enabled
-from .fast_ops import FastBackend, FastOps
+from .cpu import FastBackend, FastOps
 from .module import Module, Parameter
 from .optim import SGD, Adam, Optimizer
 from .packed import PackedWeight

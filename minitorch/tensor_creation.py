@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def _default_backend() -> "TensorBackend":
-    from .fast_ops import FastBackend
+    from .cpu import FastBackend
     return FastBackend
 
 

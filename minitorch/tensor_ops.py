@@ -253,7 +253,7 @@ class TensorOps:
 class SimpleOps(TensorOps):
     """Pure-Python loops over the index math: slow, obviously correct, the reference for tests."""
 
-    # packed weights: rebuild the float32 weight, then one numpy matmul (the reference for fast_packed)
+    # packed weights: rebuild the float32 weight, then one numpy matmul (the reference for minitorch/cpu/packed.py)
     packed_linear = staticmethod(packed_linear_reference)
 
     @staticmethod

@@ -1,8 +1,8 @@
-"""FastOps: the numba CPU backend. Generic strided map / zip / where / reduce kernels (fast_kernels),
-fused kernels (fast_fused) and float32 matmul through numpy's BLAS on strided views (no copies:
+"""FastOps: the numba CPU backend. Generic strided map / zip / where / reduce kernels (kernels.py),
+fused kernels (fused.py) and float32 matmul through numpy's BLAS on strided views (no copies:
 a weight stored (out, in) and used transposed is passed to BLAS as a transposed operand), except 1-16-row
 activations against such a weight (decode and verify steps), which take the skinny numba kernel
-(fast_matmul), and packed weights (fast_packed).
+(matmul.py), and packed weights (packed.py).
 """
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from . import fast_fused as ff
-from . import fast_kernels as fk
-from . import fast_matmul as fm
-from . import fast_packed as fp
-from . import operators
-from .tensor import Tensor
-from .tensor_data import MiniTorchError, broadcast_strides
-from .tensor_ops import (TensorBackend, TensorOps, argmax_out, check_writable, map_out, matmul_shape, new_tensor,
+from .. import operators
+from ..tensor import Tensor
+from ..tensor_data import MiniTorchError, broadcast_strides
+from ..tensor_ops import (TensorBackend, TensorOps, argmax_out, check_writable, map_out, matmul_shape, new_tensor,
                          where_prepare, zip_prepare)
+from . import fused as ff
+from . import kernels as fk
+from . import matmul as fm
+from . import packed as fp
 
 _I64 = np.int64
 # multiply-adds above which attention spreads (batch, kv head) tasks over threads; decode steps stay
@@ -51,7 +51,7 @@ def _last_dim(x: Tensor, dim: int, fn: Callable[[Tensor], Tensor]) -> Tensor:
 class FastOps(TensorOps):
     """numba kernels (cache=True); see module docstring."""
 
-    # packed (GGUF block-quantized) weights: rebuilt row by row inside the numba kernel (fast_packed)
+    # packed (GGUF block-quantized) weights: rebuilt row by row inside the numba kernel (packed.py)
     packed_linear = staticmethod(fp.packed_linear)
 
     @staticmethod

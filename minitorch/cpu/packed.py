@@ -39,7 +39,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from .packed import TILE
+from ..packed import TILE
 
 # up to this many activation rows use the row kernel (decode, verify of gamma <= 15); more use BLAS chunks
 MAX_ROWS = 16

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, Optional
 
-from .cuda_runtime import get_cupy
+from .runtime import get_cupy
 
 CUDA_R_32F = 0
 CUDA_R_16BF = 14

@@ -1,4 +1,4 @@
-"""Graph-captured Qwen2 decoding on the GPU: the fast path behind `project/bench_throughput.py`.
+"""Graph-captured Qwen2 decoding on the GPU: the fast path behind `project/bench/throughput.py`.
 
 `CudaDecoder` holds a Qwen2-architecture model's weights on the device in bf16 (q/k/v and gate/up
 projections concatenated so each is one GEMM), a preallocated KV cache, and every activation buffer.
@@ -35,10 +35,10 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from .cuda_blas import CUDA_R_16BF, CUDA_R_32F, cublas
-from .cuda_launch import ATT_CLUSTER_MAX, ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, cluster_supported
-from .cuda_pdl import PdlLauncher
-from .cuda_runtime import get_cupy, kernels
+from .blas import CUDA_R_16BF, CUDA_R_32F, cublas
+from .launch import ATT_CLUSTER_MAX, ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, cluster_supported
+from .pdl import PdlLauncher
+from .runtime import get_cupy, kernels
 
 
 _NORMED = object()  # "xn already holds the normalised residual" (a resnorm GEMV's epilogue wrote it)
@@ -102,7 +102,7 @@ class CudaDecoder:
         step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
         separate norm / SwiGLU kernels; "ours" makes verify == decode bit for bit (module doc).
         fuse_norm: RMSNorm computed inside the GEMVs that read a normalised input (see qkv_norm).
-        pdl: launch the step's kernels with programmatic dependent launch (minitorch/cuda_pdl.py);
+        pdl: launch the step's kernels with programmatic dependent launch (minitorch/cuda/pdl.py);
         None (default) = on for compute capability >= 9.0 (H200: decode step 1.78 -> 1.63 ms at 1.5B).
         silu: "gateup" (default) = gate/up weight rows interleaved, our gate/up GEMV writes
         bf16(silu(gate) * up) in its epilogue (cuBLAS steps: gate_up_silu_il_bf16); "down" = the

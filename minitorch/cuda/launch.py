@@ -3,8 +3,8 @@
 Each launcher takes "views": any object with `storage` (a 1-D CuPy array: float32, int64, or uint16
 holding bf16 bits), `shape`, `strides` (elements) and `dtype` ("float32" | "bfloat16" | "int64") --
 the core's TensorData, or `View` below. The fused launchers need contiguous operands; the
-map / zip / cast / reduce launchers take any strides and broadcast. Used by CudaOps (cuda_ops.py),
-the graph-captured decoder (cuda_decode.py) and the GPU tests.
+map / zip / cast / reduce launchers take any strides and broadcast. Used by CudaOps (ops.py),
+the graph-captured decoder (decoder.py) and the GPU tests.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .cuda_runtime import get_cupy, kernels
+from .runtime import get_cupy, kernels
 
 SFX = {"float32": "f32", "bfloat16": "bf16", "int64": "i64"}
 CUPY_DTYPES = {"float32": np.float32, "bfloat16": np.uint16, "int64": np.int64}
@@ -393,7 +393,7 @@ def attention(q: Any, k: Any, v: Any, out: Any, scale: float, q_start: int, clus
                 i64(k.strides[2]), i64(v.strides[0]), i64(v.strides[1]), i64(v.strides[2]))
     tail = (np.int32(Hq), np.int32(Hkv), np.int32(T), np.int32(D), np.int32(L), np.int32(kb), np.float32(scale))
     if cluster:
-        from .cuda_pdl import PdlLauncher
+        from .pdl import PdlLauncher
 
         PdlLauncher(kernels(), pdl=False).launch(
             f"attn_cluster_{sfx}", (nsplit, B * Hkv, groups), (128,),

@@ -1,6 +1,6 @@
 """CudaOps: the CUDA TensorBackend. Storage is a 1-D CuPy array (float32, int64, or uint16 holding
 bf16 bits); matmuls go through cuBLAS (ctypes, fp32 accumulation), everything else through our
-kernels (kernels/*.cu via cuda_launch). CuPy is imported lazily: `import minitorch.cuda_ops` works
+kernels (kernels/*.cu via launch.py). CuPy is imported lazily: `import minitorch.cuda` works
 without a GPU and `make_cuda_backend()` then raises CudaUnavailableError("no GPU available: ...").
 
 Dtypes: float32, int64 and "bfloat16". A Python scalar next to a bf16 tensor stays bf16 (as in
@@ -13,13 +13,13 @@ from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
-from . import cuda_launch as cl
-from . import operators
-from .cuda_blas import DTYPE_CODES, OP_N, OP_T, cublas
-from .cuda_runtime import CudaUnavailableError, cuda_available, get_cupy, unavailable_reason
-from .tensor import Tensor
-from .tensor_data import MiniTorchError, TensorData, broadcast_strides, shape_broadcast
-from .tensor_ops import TensorBackend, TensorOps, matmul_shape, new_tensor
+from .. import operators
+from ..tensor import Tensor
+from ..tensor_data import MiniTorchError, TensorData, broadcast_strides, shape_broadcast
+from ..tensor_ops import TensorBackend, TensorOps, matmul_shape, new_tensor
+from . import launch as cl
+from .blas import DTYPE_CODES, OP_N, OP_T, cublas
+from .runtime import CudaUnavailableError, cuda_available, get_cupy, unavailable_reason
 
 FLOATS = ("float32", "bfloat16")
 REDUCE_NAMES = {"add": "sum", "mul": "prod", "max": "max"}

@@ -17,7 +17,7 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
-from .cuda_runtime import KernelLibrary, get_cupy
+from .runtime import KernelLibrary, get_cupy
 
 # kernels that call pdl_wait() before any dependent memory access (the GEMVs: every gemv* name)
 PDL_KERNELS = frozenset({

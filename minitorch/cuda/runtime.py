@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-PKG_DIR = Path(__file__).resolve().parent
+PKG_DIR = Path(__file__).resolve().parents[1]  # minitorch/ (the build goes to minitorch/cuda_kernels/)
 # compile_cuda.sh honours the same variable (a second build, e.g. with other NVCC_FLAGS, for A/B timing)
 BUILD_DIR = Path(os.environ.get("MINITORCH_CUDA_BUILD_DIR") or PKG_DIR / "cuda_kernels")
 SRC_DIR = PKG_DIR.parent / "kernels"
