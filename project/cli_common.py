@@ -109,14 +109,14 @@ def get_backend(name: str) -> Any:
 
         return FastBackend
     require_gpu()
-    from minitorch.cuda_ops import make_cuda_backend
+    from minitorch.cuda import make_cuda_backend
 
     return make_cuda_backend()
 
 
 def require_gpu() -> None:
     """--backend cuda on a machine without a usable GPU / CuPy: one line for the user."""
-    from minitorch.cuda_runtime import CudaUnavailableError, get_cupy
+    from minitorch.cuda.runtime import CudaUnavailableError, get_cupy
 
     try:
         get_cupy()
@@ -193,7 +193,7 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
     from minitorch.models import check_compatible, load_model
 
     require_gpu()
-    from minitorch.cuda_decode import CudaDecoder, weights_from_model
+    from minitorch.cuda.decoder import CudaDecoder, weights_from_model
 
     t0 = time.perf_counter()
     gemv = "ours1" if getattr(args, "fast_verify", False) else "ours"

@@ -3,8 +3,8 @@ steps with the kernels of MINITORCH_CUDA_BUILD_DIR and print one digest per deco
 whose kernels compute the same bits print the same lines. Used to show that a refactor or a change of
 load timing leaves every result unchanged:
 
-  MINITORCH_CUDA_BUILD_DIR=/tmp/base python kernels/check_bits.py > base.txt
-  python kernels/check_bits.py > new.txt && diff base.txt new.txt
+  MINITORCH_CUDA_BUILD_DIR=/tmp/base python tools/check_bits.py > base.txt
+  python tools/check_bits.py > new.txt && diff base.txt new.txt
 
 The model: the 1.5B shape (hidden 1536, GQA 12/2, vocabulary 151,936) cut to 3 layers, random bf16
 weights; prompt of 40 tokens, 24 graph-replayed decode steps, a 5-token verify step (eager and graph).
@@ -34,8 +34,8 @@ MODES = {  # rows_big=4: the base build may have no 8-rows-a-block kernels (they
 def main() -> int:
     import numpy as np
 
-    from minitorch.cuda_decode import CudaDecoder, random_weights
-    from minitorch.cuda_runtime import BUILD_DIR
+    from minitorch.cuda.decoder import CudaDecoder, random_weights
+    from minitorch.cuda.runtime import BUILD_DIR
 
     cfg = SimpleNamespace(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=3,
                           num_attention_heads=12, num_key_value_heads=2, rope_theta=10000.0, rms_norm_eps=1e-6,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine session: build, bit-for-bit check, GPU tests and A/B timings in one call
 # (kernels/NOTES.md method). Run from the repository root on the GPU machine:
-#   [BASE=.snap/base] bash kernels/gpu_session.sh [stage ...]
+#   [BASE=.snap/base] bash tools/gpu_session.sh [stage ...]
 # The code under test is the current tree; BASE (optional) is a copy of the code before (e.g.
 # `git archive <commit> | tar -x -C .snap/base`), built and timed in the same run for before/after
 # ratios. Variant builds of the current tree with other -D flags go to /tmp/v_<name> (see VARIANTS).
@@ -25,7 +25,9 @@ bench() {  # bench LABEL TREE BUILD_DIR -- args
   local label=$1 tree=$2 bdir=$3; shift 3
   if [ $(( $(date +%s) - T0 )) -gt "$TLIMIT" ]; then log "bench $label skipped (time)"; return; fi
   log "bench $label: $*"
-  (cd "$tree" && MINITORCH_CUDA_BUILD_DIR="$bdir" timeout 240 python3 project/bench_throughput.py --json "$OUT/$label.json" "$@") > "$OUT/bench_$label.log" 2>&1
+  local prog=project/bench/throughput.py  # a BASE tree from before the #13 move has it at project/
+  [ -f "$tree/$prog" ] || prog=project/bench_throughput.py
+  (cd "$tree" && MINITORCH_CUDA_BUILD_DIR="$bdir" timeout 240 python3 "$prog" --json "$OUT/$label.json" "$@") > "$OUT/bench_$label.log" 2>&1
   echo "rc=$?" >> "$OUT/bench_$label.log"
   grep -E "ours:|decode step|rc=|spec|Error|error" "$OUT/bench_$label.log" | sed "s/^/[$label] /" | cut -c1-200
 }
@@ -55,13 +57,13 @@ if has bits; then
   # every kernel that exists in both builds computes the same bits (the new tree's decoder on each build)
   log "bits: base vs new kernels (NVRTC compile of every source in the background)"
   (timeout 200 python3 -c "
-from minitorch.cuda_runtime import KernelLibrary, KERNEL_FILES
+from minitorch.cuda.runtime import KernelLibrary, KERNEL_FILES
 k = KernelLibrary(force_nvrtc=True)
 for f in sorted(set(KERNEL_FILES.values())): k.module(f)
 print('nvrtc ok:', sorted(k.sources))" > "$OUT/nvrtc.log" 2>&1; echo "nvrtc rc=$?" >> "$OUT/nvrtc.log") &
-  timeout 150 python3 kernels/check_bits.py > "$OUT/bits_new.txt" 2> "$OUT/bits_new.err"; echo "new rc=$?"
+  timeout 150 python3 tools/check_bits.py > "$OUT/bits_new.txt" 2> "$OUT/bits_new.err"; echo "new rc=$?"
   if [ -n "$BASE" ]; then
-    MINITORCH_CUDA_BUILD_DIR="$BB" timeout 150 python3 kernels/check_bits.py > "$OUT/bits_base.txt" 2> "$OUT/bits_base.err"; echo "base rc=$?"
+    MINITORCH_CUDA_BUILD_DIR="$BB" timeout 150 python3 tools/check_bits.py > "$OUT/bits_base.txt" 2> "$OUT/bits_base.err"; echo "base rc=$?"
     if diff "$OUT/bits_base.txt" "$OUT/bits_new.txt" > /dev/null; then echo "bits: IDENTICAL"; else echo "bits: DIFFER"; diff "$OUT/bits_base.txt" "$OUT/bits_new.txt" | head; fi
   fi
   cat "$OUT/bits_new.txt"; tail -2 "$OUT/bits_new.err"

@@ -1,9 +1,9 @@
 """CPU greedy autoregressive decoding speed: MiniTorch (FastBackend) vs transformers fp32, same GGUF
 weights, same chat-templated GSM8K prompt, same number of new tokens.
 
-    python project/bench_cpu_decode.py                      # both default models, 100 new tokens
-    python project/bench_cpu_decode.py --model draft --tokens 32 --threads 1 --profile
-    python project/bench_cpu_decode.py --weights packed,float32 --skip-transformers   # our two weight forms
+    python project/bench/cpu_decode.py                      # both default models, 100 new tokens
+    python project/bench/cpu_decode.py --model draft --tokens 32 --threads 1 --profile
+    python project/bench/cpu_decode.py --weights packed,float32 --skip-transformers   # our two weight forms
 
 Each measurement runs in its own subprocess so only one model is in memory at a time (the 1.5B
 target is about 6 GB in float32). Decode speed is the best of --repeats rounds (each a fresh cache,
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = ROOT / "data" / "gsm8k" / "test.jsonl"
 MODELS = {"draft": "qwen2.5-coder-0.5b-instruct", "target": "qwen2.5-coder-1.5b-instruct"}
 BASELINE = {"draft": 8.48, "target": 2.84}  # DESIGN.md, transformers fp32 on this machine

@@ -1,8 +1,8 @@
 """CPU speed report for speculative decoding: our target-alone vs our speculative decoding (model drafter
 over a gamma list, and the n-gram drafter), greedy, on the first N GSM8K test questions, offline pair.
 
-    python project/bench_cpu_spec.py --n 3 --max-new-tokens 128 --gammas 3,4,5,6
-    python project/bench_cpu_spec.py --n 3 --compare-hf --json out.json
+    python project/bench/cpu_spec.py --n 3 --max-new-tokens 128 --gammas 3,4,5,6
+    python project/bench/cpu_spec.py --n 3 --compare-hf --json out.json
 
 Per question and run it prints tok/s, speedup over our target-alone, alpha (draft acceptance), tau
 (tokens per target forward) and whether the tokens are identical to target-alone (greedy must be).
@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))                # minitorch from the checkout
-sys.path.insert(1, str(Path(__file__).parent))  # cli_common, evaluation_hf
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # project/: cli_common, evaluation
 from cli_common import encode_prompt, load_models, warm_up  # noqa: E402
 
 from minitorch.generation import (NGramDrafter, SamplingConfig, generate,  # noqa: E402
@@ -184,7 +184,7 @@ def run_hf(args: argparse.Namespace, all_ids: list[list[int]], rows: list[dict[s
     """transformers target-alone and assisted generation on the same prompt ids (our target-alone tokens
     are the reference for the identical check)."""
     try:
-        from evaluation_hf import hf_generators
+        from evaluation.hf import hf_generators
         gens = hf_generators(args.target, args.draft, SamplingConfig(), args.stop_ids,
                              gamma=args.hf_gamma or args.gamma_list[0])
     except Exception as e:  # torch/transformers missing or the GGUF load failed: say so, keep our numbers
@@ -209,7 +209,7 @@ def run_hf(args: argparse.Namespace, all_ids: list[list[int]], rows: list[dict[s
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.no_skinny:
-        from minitorch import fast_matmul
+        from minitorch.cpu import matmul as fast_matmul
         fast_matmul.SKINNY_MAX_ROWS = 0
     prompts = questions(args.data, args.offset, args.n)
     load0 = loadavg()

@@ -1,9 +1,9 @@
 """FastOps vs plain numpy on the op sizes of a Qwen2-1.5B decode step, plus per-op dispatch cost.
 
-    python project/bench_ops.py [--repeat 10] [--number 0] [--skinny]
+    python project/bench/ops.py [--repeat 10] [--number 0] [--skinny]
 
 --skinny instead times few-row float32 matmuls against (out, in) weights used transposed: np.matmul (BLAS)
-vs the skinny numba kernel (minitorch.fast_matmul), for choosing SKINNY_MIN_ROWS / SKINNY_MAX_ROWS.
+vs the skinny numba kernel (minitorch/cpu/matmul.py), for choosing SKINNY_MIN_ROWS / SKINNY_MAX_ROWS.
 --stream times the same two over every linear of a Qwen2.5-1.5B-shaped model in a row (197 weights,
 6.2 GB of float32: nothing stays in cache, as in a real decode or verify step) and prints GB/s.
 
@@ -20,7 +20,7 @@ from typing import Callable, List, Tuple
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # minitorch from the checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # minitorch from the checkout
 import minitorch  # noqa: E402
 from minitorch import FastBackend, nn  # noqa: E402
 
@@ -118,7 +118,7 @@ SKINNY_SHAPES = ((1536, 8960), (8960, 1536), (1536, 1536), (1536, 256), (1536, 1
 
 def skinny_table(rng: np.random.Generator, rows_list: List[int], repeat: int) -> None:
     """BLAS vs the skinny kernel for x (T, in) @ W^T, W (out, in) row-major (the nn.linear layout)."""
-    from minitorch import fast_matmul as fm
+    from minitorch.cpu import matmul as fm
     print(f"{'x @ W^T  (T x in @ in x out)':<34} {'T':>3} {'blas':>10} {'skinny':>10} {'blas/skinny':>11}")
     for n_in, n_out in SKINNY_SHAPES:
         w = rng.standard_normal((n_out, n_in), dtype=np.float32) * 0.02
@@ -138,7 +138,7 @@ def skinny_table(rng: np.random.Generator, rows_list: List[int], repeat: int) ->
 def stream_table(rows_list: List[int], repeat: int) -> None:
     """Every linear of a 1.5B-shaped model (28 layers x q,k,v,o,gate,up,down + the 151936-row head), once
     per pass, with 1..16 activation rows: BLAS vs the skinny kernel, streaming from memory."""
-    from minitorch import fast_matmul as fm
+    from minitorch.cpu import matmul as fm
     d, kv, f, layers, vocab = 1536, 256, 8960, 28, 151936
     shapes = [(d, d), (kv, d), (kv, d), (d, d), (f, d), (f, d), (d, f)] * layers + [(vocab, d)]
     ws = [np.full(s, 0.01, np.float32) for s in shapes]  # values do not matter for speed (no denormals)

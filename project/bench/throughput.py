@@ -7,9 +7,9 @@ one-token decode step; optionally transformers eager / static-cache + torch.comp
 shapes, decoding with sampling on the device (--sampling), and speculative decoding (--spec): forced
 acceptance patterns (every draft accepted / none) and the engine itself (minitorch/generation/cuda.py).
 
-  python project/bench_throughput.py                                  # 1.5B and 7B shapes
-  python project/bench_throughput.py --shape r1-distill-qwen-7b --baselines all --spec
-  python project/bench_throughput.py --spec --sampling --gammas 1 2 4 8
+  python project/bench/throughput.py                                  # 1.5B and 7B shapes
+  python project/bench/throughput.py --shape r1-distill-qwen-7b --baselines all --spec
+  python project/bench/throughput.py --spec --sampling --gammas 1 2 4 8
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 SHAPES: Dict[str, Dict[str, Any]] = {
     "r1-distill-qwen-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
@@ -131,7 +131,7 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
     import cupy as cp
     import numpy as np
 
-    from minitorch.cuda_decode import CudaDecoder, random_weights
+    from minitorch.cuda.decoder import CudaDecoder, random_weights
 
     max_len = args.prompt + args.new + 16
     t0 = time.perf_counter()
@@ -355,7 +355,7 @@ def main(argv: List[str] | None = None) -> int:
     if args.prompt < 1 or args.new < 2:
         print("bench_throughput: --prompt must be >= 1 and --new >= 2", file=sys.stderr)
         return 2
-    from minitorch.cuda_runtime import BUILD_DIR, cuda_available, get_cupy, unavailable_reason
+    from minitorch.cuda.runtime import BUILD_DIR, cuda_available, get_cupy, unavailable_reason
 
     if not cuda_available():
         print(f"bench_throughput: {unavailable_reason()}", file=sys.stderr)
@@ -371,7 +371,7 @@ def main(argv: List[str] | None = None) -> int:
     shapes = args.shape or ["r1-distill-qwen-1.5b", "r1-distill-qwen-7b"]
     args.weights = None
     if args.model is not None:  # real weights: loaded on the CPU once, uploaded as bf16
-        from minitorch.cuda_decode import weights_from_model
+        from minitorch.cuda.decoder import weights_from_model
         from minitorch.models import load_model
 
         try:

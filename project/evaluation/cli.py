@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from evaluation import MODE_ORDER, merge_results, read_results, run_benchmark
-from evaluation_data import REASONING_INSTRUCTION, BenchmarkError, load_problems, parse_shard, select_problems
-from evaluation_engine import Engine, add_engine_args, load_engine
 from one_line_parser import OneLineParser
-from evaluation_summary import format_table, summarize, write_summary
+
+from .data import REASONING_INSTRUCTION, BenchmarkError, load_problems, parse_shard, select_problems
+from .engine import Engine, add_engine_args, load_engine
+from .runner import MODE_ORDER, merge_results, read_results, run_benchmark
+from .summary import format_table, summarize, write_summary
 
 HF_MODES = ("hf_greedy", "hf_assisted")
 
@@ -95,7 +96,7 @@ def report(records: list[dict[str, Any]], output: Path, plots: bool) -> None:
     js = write_summary(summary, output.with_suffix(".summary.json"))
     print(f"summary: {js}")
     if plots:
-        from evaluation_plots import make_plots  # matplotlib only when plotting
+        from .plots import make_plots  # matplotlib only when plotting
 
         for png in make_plots(records, summary, output.parent / f"{output.stem}_plots"):
             print(f"plot: {png}")

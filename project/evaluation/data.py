@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
-from grading import gold_answer
+from .grading import gold_answer
 
 REASONING_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA_DIR = ROOT / "data"
 DATA_ENV = "MINITORCH_SPEC_DATA"
 

@@ -4,7 +4,7 @@ Flags and model loading are run_spec_decoding.py's (project/cli_common.py). `loa
 loads the target (and draft) model, and returns
 one generator per mode: "spec" (speculative_generate), "target" (generate, over the same shared
 vocabulary), and with --compare-hf the transformers baselines "hf_greedy" / "hf_assisted"
-(evaluation_hf.py). Each generator takes (prompt_ids, max_new_tokens, seed), so a problem samples the
+(hf.py). Each generator takes (prompt_ids, max_new_tokens, seed), so a problem samples the
 same way whichever shard runs it.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from evaluation import GenerateFn, RoundLog, round_log_stats
-from evaluation_data import Tokenizer
+from .data import Tokenizer
+from .runner import GenerateFn, RoundLog, round_log_stats
 
 
 @dataclass
@@ -80,7 +80,7 @@ def load_engine(args: argparse.Namespace, modes: Sequence[str]) -> Engine:
     gens = engine_generators(models.target, models.make_drafter(args.drafter), stop_ids, cfg, args.gamma,
                              args.adaptive_gamma, models.vocab_size, functions=models.functions())
     if any(m.startswith("hf_") for m in modes):
-        from evaluation_hf import hf_generators
+        from .hf import hf_generators
 
         gens.update(hf_generators(args.target, args.draft if args.drafter == "model" else None, cfg,
                                   stop_ids, gamma=args.gamma))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from evaluation_data import BenchmarkError
+from .data import BenchmarkError
 
 
 @dataclass

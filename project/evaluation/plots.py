@@ -10,8 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
-from evaluation import mode_key  # noqa: E402
-from evaluation_summary import THIRDS  # noqa: E402
+from .runner import mode_key  # noqa: E402
+from .summary import THIRDS  # noqa: E402
 
 
 def _title(summary: Mapping[str, Any]) -> str:

@@ -9,8 +9,8 @@ The generation itself is injected: `modes` maps a mode name ("spec", "target", "
 "hf_assisted") to a callable `(prompt_ids, max_new_tokens, seed) -> result` where `result` has
 `.tokens` (new tokens), `.stop_reason` ("stop" | "length") and `.stats` (dict), as
 `minitorch.generation.GenerationResult` does. Tests pass fake generators; the programs pass the engine.
-Problems and prompts: evaluation_data.py; summary: evaluation_summary.py; plots: evaluation_plots.py;
-the command line: evaluation_cli.py; transformers baselines: evaluation_hf.py.
+Problems and prompts: data.py; summary: summary.py; plots: plots.py;
+the command line: cli.py; transformers baselines: hf.py; grading: grading.py.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from evaluation_data import BenchmarkError, Problem, Tokenizer, build_prompt
-from grading import grade
+from .data import BenchmarkError, Problem, Tokenizer, build_prompt
+from .grading import grade
 
 MODE_ORDER = ("spec", "target", "hf_greedy", "hf_assisted")
 # Fields that differ between two runs of the same generation (timing); the rest is reproducible.

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from evaluation import mode_key, thirds_counts
+from .runner import mode_key, thirds_counts
 
 from minitorch.generation.stats import cost_model_speedup
 
