@@ -6,12 +6,11 @@ activations against such a weight (decode and verify steps), which take the skin
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 
 from .. import operators
-from ..tensor import Tensor
 from ..tensor_data import MiniTorchError, broadcast_strides
 from ..tensor_ops import (TensorBackend, TensorOps, argmax_out, check_writable, map_out, matmul_shape, new_tensor,
                          where_prepare, zip_prepare)
@@ -19,6 +18,9 @@ from . import fused as ff
 from . import kernels as fk
 from . import matmul as fm
 from . import packed as fp
+
+if TYPE_CHECKING:  # annotations only: a backend never needs the core's Tensor class at import time
+    from ..tensor import Tensor
 
 _I64 = np.int64
 # multiply-adds above which attention spreads (batch, kv head) tasks over threads; decode steps stay

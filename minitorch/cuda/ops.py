@@ -9,17 +9,19 @@ torch); a bf16 tensor next to a float32 tensor computes in float32.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 import numpy as np
 
 from .. import operators
-from ..tensor import Tensor
 from ..tensor_data import MiniTorchError, TensorData, broadcast_strides, shape_broadcast
 from ..tensor_ops import TensorBackend, TensorOps, matmul_shape, new_tensor
 from . import launch as cl
 from .blas import DTYPE_CODES, OP_N, OP_T, cublas
 from .runtime import CudaUnavailableError, cuda_available, get_cupy, unavailable_reason
+
+if TYPE_CHECKING:  # annotations only: a backend never needs the core's Tensor class at import time
+    from ..tensor import Tensor
 
 FLOATS = ("float32", "bfloat16")
 REDUCE_NAMES = {"add": "sum", "mul": "prod", "max": "max"}
