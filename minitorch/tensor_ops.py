@@ -3,6 +3,9 @@ loops, the test oracle) and TensorBackend, the slot table a tensor carries (STYL
 
 Every slot takes and returns Tensors; map/zip/matmul slots also take `out=`. Fused slots (softmax,
 rmsnorm, attention, ...) have a reference composition here that FastOps/CudaOps override.
+Backends (minitorch/cpu, minitorch/cuda) build on this module and never import the core's Tensor side:
+they make results with new_tensor / make_tensor / from_array, whose Tensor class minitorch/__init__.py
+installs (docs/ARCHITECTURE.md).
 """
 from __future__ import annotations
 
