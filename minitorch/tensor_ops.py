@@ -46,8 +46,9 @@ def new_tensor(backend: "TensorBackend", shape: Tuple[int, ...], dtype: str) -> 
     n = 1
     for s in shape:
         n *= s
-    return make_tensor(TensorData.make(backend.empty(n, dtype), shape, contiguous_strides(shape), dtype, True),
-                       backend)
+    # the installed class called directly: this runs once per op (make_tensor's check is for other callers)
+    return _tensor_class(TensorData.make(backend.empty(n, dtype), shape, contiguous_strides(shape), dtype, True),
+                         backend)
 
 
 def from_array(arr: np.ndarray, backend: "TensorBackend", dtype: Optional[str] = None) -> Tensor:
