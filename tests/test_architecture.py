@@ -319,3 +319,20 @@ def test_fresh_interpreter_check_fails_on_a_violating_import(tmp_path, case):
     backend = "minitorch.cuda" if rel.startswith("cuda/") else "minitorch.cpu"
     targets = [n for n in backend_targets(pkg) if n == backend or n.startswith(backend + ".")]
     assert loaded_violations(probe(tmp_path, targets)) != []
+
+
+# ---- paths the moves must keep ----
+
+def test_cuda_runtime_finds_the_build_and_sources_where_the_tools_put_them():
+    """minitorch/cuda/runtime.py loads fatbins from the folder compile_cuda.sh writes and setup.py packages
+    (minitorch/cuda_kernels/), and NVRTC sources from kernels/."""
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "MINITORCH_CUDA_BUILD_DIR"}
+    code = "from minitorch.cuda.runtime import BUILD_DIR, SRC_DIR; print(BUILD_DIR); print(SRC_DIR)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    build, src = (Path(line) for line in proc.stdout.split())
+    assert 'OUT="${MINITORCH_CUDA_BUILD_DIR:-$ROOT/minitorch/cuda_kernels}"' in (ROOT / "compile_cuda.sh").read_text()
+    assert build == ROOT / "minitorch" / "cuda_kernels"
+    assert '"minitorch": ["cuda_kernels/*"]' in (ROOT / "setup.py").read_text()
+    assert src == ROOT / "kernels" and (src / "includes").is_dir() and list(src.glob("*.cu"))
