@@ -12,7 +12,7 @@ The weights are the model's own, not a new quantization: outputs differ from the
 summation order. Stored in tiles of TILE interleaved rows (below), minitorch/cpu/packed.py's kernel converts and
 multiplies 8 adjacent outputs per AVX2 instruction with no horizontal sums, which makes packed the
 faster form on the CPU (it reads a third of the bytes and is no longer compute-bound): 1.5B
-target decode 5.32 vs 3.47 tokens/s float32, same greedy tokens (`python project/bench_cpu_decode.py
+target decode 5.32 vs 3.47 tokens/s float32, same greedy tokens (`python project/bench/cpu_decode.py
 --tokens 48 --repeats 2`, 2-core box, 2026-11-30 11:25 UTC). `load_model(weights="auto")`, the default,
 picks it for GGUF files on backends with a packed kernel.
 

@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit, prange
 
 # 1..16 rows take the kernel. Over all 197 linears of a 1.5B-shaped model (6.2 GB float32 streamed from
-# memory, 2 threads, `python project/bench_ops.py --stream --rows 1,5 --repeat 3`, 2026-11-30 09:03 UTC):
+# memory, 2 threads, `python project/bench/ops.py --stream --rows 1,5 --repeat 3`, 2026-11-30 09:03 UTC):
 # 1 row 281 ms vs OpenBLAS gemv 269 ms; 5 rows 456 ms vs OpenBLAS gemm 952 ms. The previous kernel (one
 # weight row at a time, 1 stream per thread) took 326 ms / 492 ms on the real 1.5B weights (a scratch script, same hour).
 SKINNY_MIN_ROWS = 1
