@@ -3,7 +3,7 @@
 # machine code for sm_80 (A100) and sm_90 (H100/H200) plus compute_90 PTX for newer GPUs.
 # Fails loudly (non-zero exit, the compiler's message) on the first compile error.
 # Usage: ./compile_cuda.sh   (env overrides: NVCC, NVCC_FLAGS, MINITORCH_CUDA_BUILD_DIR, MINITORCH_KERNELS_DIR)
-# At run time a missing build falls back to NVRTC over the same sources (minitorch/cuda_runtime.py).
+# At run time a missing build falls back to NVRTC over the same sources (minitorch/cuda/runtime.py).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NVCC="${NVCC:-nvcc}"

@@ -11,7 +11,7 @@
 // dtypes: f32, bf16 (uint16 bits) and i64 storage; arithmetic in fp32 (i64 in double).
 #include "common.cuh"
 
-// Unary op codes (keep in sync with minitorch/cuda_launch.py MAP_OPS).
+// Unary op codes (keep in sync with minitorch/cuda/launch.py MAP_OPS).
 __device__ __forceinline__ float map_op(int op, float x) {
   switch (op) {
     case 0: return x;                                   // id
@@ -40,7 +40,7 @@ __device__ __forceinline__ double map_op_d(int op, double x) {
   }
 }
 
-// Binary op codes (keep in sync with minitorch/cuda_launch.py ZIP_OPS).
+// Binary op codes (keep in sync with minitorch/cuda/launch.py ZIP_OPS).
 template <typename F> __device__ __forceinline__ F zip_op(int op, F a, F b) {
   switch (op) {
     case 0: return a + b;                               // add

@@ -1,7 +1,7 @@
 """Scalar operators: the pure-Python reference semantics of every elementwise op.
 
 SimpleOps applies these one element at a time; FastOps' numba kernels implement the same
-table by op code (fast_ops.UNARY / BINARY) and are tested against these.
+table by op code (minitorch/cpu/kernels.py UNARY / BINARY) and are tested against these.
 """
 from __future__ import annotations
 

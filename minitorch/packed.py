@@ -9,15 +9,15 @@ float32 weights rebuilt here are bit for bit the weights of the float32 model (t
 
 A packed model reads 1 + 8/block bytes per weight instead of float32's 4 and holds a third of the memory.
 The weights are the model's own, not a new quantization: outputs differ from the float32 path only by
-summation order. Stored in tiles of TILE interleaved rows (below), fast_packed's kernel converts and
+summation order. Stored in tiles of TILE interleaved rows (below), minitorch/cpu/packed.py's kernel converts and
 multiplies 8 adjacent outputs per AVX2 instruction with no horizontal sums, which makes packed the
 faster form on the CPU (it reads a third of the bytes and is no longer compute-bound): 1.5B
-target decode 5.32 vs 3.47 tokens/s float32, same greedy tokens (`python project/bench_cpu_decode.py
+target decode 5.32 vs 3.47 tokens/s float32, same greedy tokens (`python project/bench/cpu_decode.py
 --tokens 48 --repeats 2`, 2-core box, 2026-11-30 11:25 UTC). `load_model(weights="auto")`, the default,
 picks it for GGUF files on backends with a packed kernel.
 
 Inference only: a packed weight has no gradient. `nn.linear` and `nn.embedding` accept one in place of
-a weight tensor; backends run it through their `packed_linear` slot (FastOps: fast_packed's numba
+a weight tensor; backends run it through their `packed_linear` slot (FastOps: minitorch/cpu/packed.py's numba
 kernel; SimpleOps: dequantize, then numpy matmul, the reference).
 """
 from __future__ import annotations

@@ -1,21 +1,32 @@
 """Tensor creation: from numpy (sharing memory where possible), from Python data, and filled tensors.
-`backend=None` means FastBackend."""
+`backend=None` means the default backend (FastBackend, installed by minitorch/__init__.py: the core
+never imports a backend package)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import numpy as np
 
-from .tensor_data import DTYPES, MiniTorchError, TensorData, prod, strides_from_shape
+from .tensor_data import DTYPES, MiniTorchError, TensorData, prod
+from .tensor_ops import from_array, make_tensor
 
 if TYPE_CHECKING:
     from .tensor import Tensor
     from .tensor_ops import TensorBackend
 
+_default: Optional["TensorBackend"] = None
+
+
+def set_default_backend(backend: "TensorBackend") -> None:
+    """The backend that creation functions use when given none (minitorch/__init__.py sets FastBackend)."""
+    global _default
+    _default = backend
+
 
 def _default_backend() -> "TensorBackend":
-    from .fast_ops import FastBackend
-    return FastBackend
+    if _default is None:
+        raise MiniTorchError("no default backend: import minitorch (its __init__ sets FastBackend)")
+    return _default
 
 
 def _check_dtype(dtype: str) -> None:
@@ -26,34 +37,7 @@ def _check_dtype(dtype: str) -> None:
 def from_numpy(arr: np.ndarray, backend: Optional["TensorBackend"] = None, dtype: Optional[str] = None) -> "Tensor":
     """Wrap a numpy array. float32/int64 CPU arrays with non-negative strides share memory (no copy);
     other dtypes are converted (float -> float32, int/bool -> int64 unless dtype says otherwise)."""
-    from .tensor import Tensor
-    backend = backend or _default_backend()
-    arr = np.asarray(arr)
-    if dtype is None:
-        dtype = "int64" if arr.dtype.kind in "iub" else "float32"
-    if not backend.cuda:
-        _check_dtype(dtype)
-    np_dtype = DTYPES.get(dtype, np.float32)
-    if arr.dtype != np_dtype:
-        arr = arr.astype(np_dtype)
-    if not backend.cuda:
-        itemsize = arr.itemsize
-        ok = all(s >= 0 and s % itemsize == 0 for s in arr.strides)
-        if not ok:
-            arr = np.ascontiguousarray(arr)
-        strides = tuple(s // itemsize for s in arr.strides)
-        if arr.size == 0:
-            storage = np.empty(0, dtype=np_dtype)
-            strides = strides_from_shape(arr.shape)
-        else:
-            span = 1 + sum((n - 1) * s for n, s in zip(arr.shape, strides))
-            storage = np.lib.stride_tricks.as_strided(arr, shape=(span,), strides=(itemsize,))
-        return Tensor(TensorData(storage, arr.shape, strides, dtype), backend)
-    arr = np.ascontiguousarray(arr)
-    if dtype == "bfloat16":  # bf16 is stored as raw bits: upload float32, convert on the device
-        t = Tensor(TensorData(backend.asarray(arr.reshape(-1)), arr.shape, None, "float32"), backend)
-        return t.to("bfloat16")
-    return Tensor(TensorData(backend.asarray(arr.reshape(-1)), arr.shape, None, dtype), backend)
+    return from_array(arr, backend or _default_backend(), dtype)
 
 
 def tensor(data: Any, backend: Optional["TensorBackend"] = None, dtype: str = "float32",
@@ -77,14 +61,13 @@ def _shape_arg(shape: Any) -> Tuple[int, ...]:
 
 def full(shape: Any, value: float, backend: Optional["TensorBackend"] = None, dtype: str = "float32") -> "Tensor":
     """A new tensor filled with value."""
-    from .tensor import Tensor
     backend = backend or _default_backend()
     shape = _shape_arg(shape)
     if dtype == "bfloat16":  # fill() would write float bits into bf16 storage
         return full(shape, value, backend=backend, dtype="float32").to("bfloat16")
     storage = backend.empty(prod(shape), dtype)
     storage.fill(value)
-    return Tensor(TensorData(storage, shape, None, dtype), backend)
+    return make_tensor(TensorData(storage, shape, None, dtype), backend)
 
 
 def zeros(shape: Any, backend: Optional["TensorBackend"] = None, dtype: str = "float32") -> "Tensor":

@@ -3,22 +3,42 @@ loops, the test oracle) and TensorBackend, the slot table a tensor carries (STYL
 
 Every slot takes and returns Tensors; map/zip/matmul slots also take `out=`. Fused slots (softmax,
 rmsnorm, attention, ...) have a reference composition here that FastOps/CudaOps override.
+Backends (minitorch/cpu, minitorch/cuda) build on this module and never import the core's Tensor side:
+they make results with new_tensor / make_tensor / from_array, whose Tensor class minitorch/__init__.py
+installs (docs/ARCHITECTURE.md).
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import operators
 from .autodiff import no_grad
-from .tensor import Tensor
 from .tensor_data import (DTYPES, MiniTorchError, TensorData, broadcast_strides, contiguous_strides,
-                          index_to_position, shape_broadcast, to_index)
+                          index_to_position, shape_broadcast, strides_from_shape, to_index)
 from .packed import packed_linear_reference
-from .tensor_creation import from_numpy
 
+if TYPE_CHECKING:  # annotations only: backends sit below the core and never import its Tensor class
+    from .tensor import Tensor
+
+# The core's Tensor class, handed down by minitorch/__init__.py (install_tensor_class) once the core is
+# imported: backends build their results with it without importing minitorch.tensor (no import cycle).
+_tensor_class: Any = None
+
+
+def install_tensor_class(cls: Any) -> None:
+    """Set the class that make_tensor / new_tensor build (minitorch.Tensor; called once by minitorch/__init__)."""
+    global _tensor_class
+    _tensor_class = cls
+
+
+def make_tensor(td: TensorData, backend: "TensorBackend") -> Tensor:
+    """A Tensor over td on backend (the class install_tensor_class was given)."""
+    if _tensor_class is None:
+        raise MiniTorchError("no Tensor class installed: import minitorch (its __init__ installs minitorch.Tensor)")
+    return _tensor_class(td, backend)
 
 
 def new_tensor(backend: "TensorBackend", shape: Tuple[int, ...], dtype: str) -> Tensor:
@@ -26,8 +46,41 @@ def new_tensor(backend: "TensorBackend", shape: Tuple[int, ...], dtype: str) -> 
     n = 1
     for s in shape:
         n *= s
-    return Tensor(TensorData.make(backend.empty(n, dtype), shape, contiguous_strides(shape), dtype, True),
-                  backend)
+    # the installed class called directly: this runs once per op (make_tensor's check is for other callers)
+    return _tensor_class(TensorData.make(backend.empty(n, dtype), shape, contiguous_strides(shape), dtype, True),
+                         backend)
+
+
+def from_array(arr: np.ndarray, backend: "TensorBackend", dtype: Optional[str] = None) -> Tensor:
+    """Wrap a numpy array on backend. float32/int64 CPU arrays with non-negative strides share memory (no
+    copy); other dtypes are converted (float -> float32, int/bool -> int64 unless dtype says otherwise).
+    minitorch.from_numpy is this with the default backend."""
+    arr = np.asarray(arr)
+    if dtype is None:
+        dtype = "int64" if arr.dtype.kind in "iub" else "float32"
+    if not backend.cuda and dtype not in DTYPES:
+        raise MiniTorchError(f"dtype {dtype!r} not supported on CPU; use one of {sorted(DTYPES)}")
+    np_dtype = DTYPES.get(dtype, np.float32)
+    if arr.dtype != np_dtype:
+        arr = arr.astype(np_dtype)
+    if not backend.cuda:
+        itemsize = arr.itemsize
+        ok = all(s >= 0 and s % itemsize == 0 for s in arr.strides)
+        if not ok:
+            arr = np.ascontiguousarray(arr)
+        strides = tuple(s // itemsize for s in arr.strides)
+        if arr.size == 0:
+            storage = np.empty(0, dtype=np_dtype)
+            strides = strides_from_shape(arr.shape)
+        else:
+            span = 1 + sum((n - 1) * s for n, s in zip(arr.shape, strides))
+            storage = np.lib.stride_tricks.as_strided(arr, shape=(span,), strides=(itemsize,))
+        return make_tensor(TensorData(storage, arr.shape, strides, dtype), backend)
+    arr = np.ascontiguousarray(arr)
+    if dtype == "bfloat16":  # bf16 is stored as raw bits: upload float32, convert on the device
+        t = make_tensor(TensorData(backend.asarray(arr.reshape(-1)), arr.shape, None, "float32"), backend)
+        return t.to("bfloat16")
+    return make_tensor(TensorData(backend.asarray(arr.reshape(-1)), arr.shape, None, dtype), backend)
 
 
 def argmax_out(a: Tensor, dim: int) -> Tensor:
@@ -231,7 +284,7 @@ class TensorOps:
             g = hq // hkv
             qg = q.reshape(b, hkv, g * t, d)                      # (B, Hkv, G*T, D)
             s = (qg @ k.transpose(2, 3)) * scale                  # (B, Hkv, G*T, L)
-            mask = from_numpy(causal_mask(t, g, q_start, length), backend=q.backend)
+            mask = from_array(causal_mask(t, g, q_start, length), q.backend)
             p = q.backend.softmax(s.masked_fill(mask, -math.inf), 3)
             return (p @ v).view(b, hq, t, d)                      # (B, Hq, T, D)
 
@@ -253,7 +306,7 @@ class TensorOps:
 class SimpleOps(TensorOps):
     """Pure-Python loops over the index math: slow, obviously correct, the reference for tests."""
 
-    # packed weights: rebuild the float32 weight, then one numpy matmul (the reference for fast_packed)
+    # packed weights: rebuild the float32 weight, then one numpy matmul (the reference for minitorch/cpu/packed.py)
     packed_linear = staticmethod(packed_linear_reference)
 
     @staticmethod

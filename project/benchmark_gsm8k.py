@@ -8,7 +8,7 @@
 
 Data: data/gsm8k/test.jsonl in the repository (1,319 problems), or --data-file, or --hub (openai/gsm8k).
 Writes results/gsm8k/<dataset>.jsonl (one line per problem and mode), <...>.summary.json and
-<...>_plots/*.png. Shared code: evaluation*.py; grading: grading.py.
+<...>_plots/*.png. Shared code: project/evaluation/ (grading: evaluation/grading.py).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # project/ modules
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # minitorch from the checkout
 
-from evaluation_cli import BenchSpec, main  # noqa: E402
+from evaluation.cli import BenchSpec, main  # noqa: E402
 
 GSM8K = BenchSpec(
     name="gsm8k",

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # project/ modules
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # minitorch from the checkout
 
-from evaluation_cli import BenchSpec, main  # noqa: E402
+from evaluation.cli import BenchSpec, main  # noqa: E402
 
 LIMO = BenchSpec(
     name="limo",

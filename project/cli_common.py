@@ -45,7 +45,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="where the models run: cpu (numba) or cuda (our kernels; needs a GPU and CuPy)")
     g.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
                    help="auto (default): float32 on the cpu; on cuda bfloat16 through the CUDA-graph decoder "
-                        "(minitorch/cuda_decode.py: sampling and acceptance on the device). float32 on cuda: the "
+                        "(minitorch/cuda/decoder.py: sampling and acceptance on the device). float32 on cuda: the "
                         "generic op-by-op CUDA backend")
     g.add_argument("--fast-verify", action="store_true",
                    help="cuda: verify drafts with cuBLAS tensor cores (cheaper verify steps; a near-tie between two "
@@ -109,14 +109,14 @@ def get_backend(name: str) -> Any:
 
         return FastBackend
     require_gpu()
-    from minitorch.cuda_ops import make_cuda_backend
+    from minitorch.cuda import make_cuda_backend
 
     return make_cuda_backend()
 
 
 def require_gpu() -> None:
     """--backend cuda on a machine without a usable GPU / CuPy: one line for the user."""
-    from minitorch.cuda_runtime import CudaUnavailableError, get_cupy
+    from minitorch.cuda.runtime import CudaUnavailableError, get_cupy
 
     try:
         get_cupy()
@@ -193,7 +193,7 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
     from minitorch.models import check_compatible, load_model
 
     require_gpu()
-    from minitorch.cuda_decode import CudaDecoder, weights_from_model
+    from minitorch.cuda.decoder import CudaDecoder, weights_from_model
 
     t0 = time.perf_counter()
     gemv = "ours1" if getattr(args, "fast_verify", False) else "ours"
@@ -213,7 +213,7 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
                   load_seconds=time.perf_counter() - t0, on_gpu_graphs=True)
 
 
-WARM_PROMPT_TOKENS = 24  # more than 16 rows: the long-prompt prefill path (minitorch/fast_packed.py) runs too
+WARM_PROMPT_TOKENS = 24  # more than 16 rows: the long-prompt prefill path (minitorch/cpu/packed.py) runs too
 
 
 def warm_up(models: Models, prompt_ids: Sequence[int] | None = None, cfg: Any = None, gamma: int = 4,

@@ -18,7 +18,7 @@ from minitorch import FastBackend, SimpleBackend
 
 def _gpu_backends() -> List:
     try:  # the CUDA issue provides make_cuda_backend(); absent or no GPU -> no GPU params
-        from minitorch.cuda_ops import make_cuda_backend  # type: ignore
+        from minitorch.cuda.ops import make_cuda_backend  # type: ignore
         return [pytest.param(make_cuda_backend(), id="cuda", marks=pytest.mark.gpu)]
     except Exception:
         return []

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from minitorch.cuda_runtime import cuda_available, unavailable_reason
+from minitorch.cuda.runtime import cuda_available, unavailable_reason
 
 needs_gpu = pytest.mark.skipif(not cuda_available(), reason=unavailable_reason() or "no GPU")
 
@@ -36,7 +36,7 @@ def up(x: np.ndarray, dtype: str) -> Any:
     """Upload to a contiguous View of dtype ('float32' | 'bfloat16' | 'int64')."""
     import cupy as cp
 
-    from minitorch.cuda_launch import view_of
+    from minitorch.cuda.launch import view_of
 
     if dtype == "bfloat16":
         return view_of(cp.asarray(to_bf16_bits(x)), "bfloat16")

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from evaluation import read_results, round_log_stats, thirds_counts
-from evaluation_data import Problem
-from evaluation_summary import _pool_positions, bootstrap_speedup, format_table, summarize
+from evaluation.runner import read_results, round_log_stats, thirds_counts
+from evaluation.data import Problem
+from evaluation.summary import _pool_positions, bootstrap_speedup, format_table, summarize
 
 
 # ----------------------------------------------------------------------------- summary arithmetic
@@ -83,8 +83,8 @@ class IdTokenizer:
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_run_loop_on_the_real_engine(tmp_path, temperature):
     gen = pytest.importorskip("minitorch.generation")
-    from evaluation import run_benchmark
-    from evaluation_engine import engine_generators
+    from evaluation.runner import run_benchmark
+    from evaluation.engine import engine_generators
     from test_generation_fakes import FakeModel
 
     tok = IdTokenizer()
@@ -141,7 +141,7 @@ def qwen2_pair(tmp_path_factory):
 def test_gsm8k_program_end_to_end_on_small_random_qwen2(tmp_path, qwen2_pair, capsys):
     """The real load path (cli_common), spec + target + transformers baselines, on 3 GSM8K problems."""
     from benchmark_gsm8k import GSM8K
-    from evaluation_cli import main
+    from evaluation.cli import main
     target, draft = qwen2_pair
     out = tmp_path / "r.jsonl"
     argv = ["--target", str(target), "--draft", str(draft), "--limit", "3", "--max-new-tokens", "12",

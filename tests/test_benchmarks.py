@@ -1,4 +1,4 @@
-"""GSM8K / LIMO benchmark programs (project/evaluation*.py, benchmark_*.py) with fake generators:
+"""GSM8K / LIMO benchmark programs (project/evaluation/, benchmark_*.py) with fake generators:
 well-formed JSONL, resume, shards + merge, interruption (Ctrl-C, SIGTERM, SIGKILL), summary, plots."""
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import pytest
 
 from benchmark_gsm8k import GSM8K
 from benchmark_limo import LIMO
-from evaluation import VOLATILE_FIELDS, read_results
-from evaluation_cli import main
-from evaluation_data import DEFAULT_DATA_DIR
-from evaluation_engine import Engine
+from evaluation.runner import VOLATILE_FIELDS, read_results
+from evaluation.cli import main
+from evaluation.data import DEFAULT_DATA_DIR
+from evaluation.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD_FIELDS = {
@@ -361,7 +361,7 @@ def test_limo_program_on_amc23_floats(tmp_path):
     ("aime24", 30, "aime24-60"), ("amc23", 40, "amc23-0"),
 ])
 def test_named_datasets_load_from_the_repositorys_data(name, count, first_id):
-    from evaluation_data import load_problems
+    from evaluation.data import load_problems
 
     problems = load_problems(name)
     assert len(problems) == count and problems[0].id == first_id
@@ -369,7 +369,7 @@ def test_named_datasets_load_from_the_repositorys_data(name, count, first_id):
 
 
 def test_hub_dataset_without_datasets_package_is_a_clear_error():
-    from evaluation_data import BenchmarkError, load_problems
+    from evaluation.data import BenchmarkError, load_problems
 
     try:
         import datasets  # noqa: F401
@@ -382,7 +382,7 @@ def test_hub_dataset_without_datasets_package_is_a_clear_error():
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7])
 def test_shards_partition_the_selection(n):
-    from evaluation_data import Problem, select_problems
+    from evaluation.data import Problem, select_problems
 
     problems = [Problem(f"p{i}", i, "q", "1") for i in range(20)]
     chosen = [p for i in range(n) for p in select_problems(problems, 3, 11, (i, n))]

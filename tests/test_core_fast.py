@@ -77,7 +77,7 @@ def test_rope_and_embedding_vs_reference(backend, t, h, half, seed):
 
 def test_parallel_attention_path_matches_serial(monkeypatch):
     """Prefill-sized work takes the prange kernel; force it on a small case and compare."""
-    from minitorch import fast_ops
+    from minitorch.cpu import ops as fast_ops
     rng = np.random.default_rng(3)
     q = rng.standard_normal((2, 6, 4, 8)).astype(np.float32)
     k = rng.standard_normal((2, 3, 6, 8)).astype(np.float32)
@@ -154,7 +154,7 @@ def test_numba_cache_makes_second_start_compile_nothing(tmp_path):
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
     code = ("import numpy as np, minitorch\n"
-            "from minitorch import nn, fast_kernels as fk, fast_fused as ff\n"
+            "from minitorch import nn\nfrom minitorch.cpu import kernels as fk, fused as ff\n"
             "x = minitorch.from_numpy(np.ones((2, 8), np.float32))\n"
             "with minitorch.no_grad():\n"
             "    (x + x).exp(); nn.softmax(x, -1)\n"
@@ -171,14 +171,14 @@ def test_numba_cache_makes_second_start_compile_nothing(tmp_path):
     assert hits1 == 3 and misses1 == 0
 
 
-# ---- skinny matmul (few rows against an (out, in) weight; minitorch.fast_matmul) ----
+# ---- skinny matmul (few rows against an (out, in) weight; minitorch/cpu/matmul.py) ----
 @settings(max_examples=40, deadline=None)
 @given(batch=st.sampled_from([(), (1,), (2,), (1, 3)]), t=st.integers(1, 20), k=st.integers(1, 70),
        n=st.integers(1, 50), seed=st.integers(0, 999), x_perm=st.booleans(), w_layout=st.sampled_from(["oi", "io"]))
 def test_skinny_matmul_matches_reference(batch, t, k, n, seed, x_perm, w_layout):
     """FastOps matmul (skinny kernel or BLAS) vs SimpleOps and numpy, incl. permuted activations and both
     weight layouts: (out, in) used as a transposed view, and (in, out) row-major."""
-    from minitorch import fast_matmul as fm
+    from minitorch.cpu import matmul as fm
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(batch + (t, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)  # (out, in)
@@ -195,7 +195,7 @@ def test_skinny_matmul_matches_reference(batch, t, k, n, seed, x_perm, w_layout)
 
 
 def test_skinny_matmul_takes_kernel_for_linear_and_writes_strided_out(monkeypatch):
-    from minitorch import fast_matmul as fm
+    from minitorch.cpu import matmul as fm
     calls = []
     real = fm.skinny_matmul
     monkeypatch.setattr(fm, "skinny_matmul", lambda *a: (calls.append(1), real(*a))[1])
@@ -212,7 +212,7 @@ def test_skinny_matmul_takes_kernel_for_linear_and_writes_strided_out(monkeypatc
 
 
 def test_skinny_matmul_propagates_inf_nan_and_row_rules(monkeypatch):
-    from minitorch import fast_matmul as fm
+    from minitorch.cpu import matmul as fm
     x = np.ones((3, 4), np.float32)
     x[0, 1], x[1, 2] = np.inf, np.nan
     w = np.ones((6, 4), np.float32)
@@ -229,7 +229,7 @@ def test_skinny_matmul_propagates_inf_nan_and_row_rules(monkeypatch):
 def test_skinny_rows_are_bitwise_independent_of_row_count(n_out):
     """Row t of a T-row product is bit for bit the 1-row product of that row (what makes a verify pass
     reproduce the decode steps' logits), including the 1-3 tail rows of an N not divisible by 4."""
-    from minitorch import fast_matmul as fm
+    from minitorch.cpu import matmul as fm
     rng = np.random.default_rng(n_out)
     w = rng.standard_normal((n_out, 67)).astype(np.float32)
     x = rng.standard_normal((6, 67)).astype(np.float32)

@@ -39,7 +39,7 @@ CASES = [  # B, Hq, Hkv, T, D, q_start, L
 
 
 def needs_cluster():
-    from minitorch.cuda_launch import cluster_supported
+    from minitorch.cuda.launch import cluster_supported
 
     if not cluster_supported():
         pytest.skip("thread-block clusters need compute capability >= 9.0")
@@ -48,7 +48,7 @@ def needs_cluster():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
 def test_attention(case, dtype):
-    from minitorch.cuda_launch import View, attention, empty
+    from minitorch.cuda.launch import View, attention, empty
 
     B, Hq, Hkv, T, D, q_start, L = case
     r = np.random.default_rng(hash(case) % 2**32)
@@ -78,7 +78,7 @@ def test_attention_cluster_equals_split_bitwise(case, dtype):
     attn_partial + attn_combine write with the same keys per split, and matches float64."""
     import math
 
-    from minitorch.cuda_launch import ATT_CLUSTER_MAX, View, attention, empty
+    from minitorch.cuda.launch import ATT_CLUSTER_MAX, View, attention, empty
 
     needs_cluster()
     B, Hq, Hkv, T, D, q_start, L = case
@@ -104,7 +104,7 @@ def test_attention_cluster_equals_split_bitwise(case, dtype):
 
 
 def test_attention_rejects_short_cache():
-    from minitorch.cuda_launch import attention, empty
+    from minitorch.cuda.launch import attention, empty
 
     q = empty((1, 2, 3, 8), "float32")
     k = empty((1, 1, 4, 8), "float32")
@@ -116,7 +116,7 @@ def test_attention_rejects_short_cache():
 def test_kv_append_and_fused_qkv_rope_append(dtype):
     import cupy as cp
 
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.runtime import kernels
 
     r = np.random.default_rng(5)
     Hq, Hkv, D, T, max_len, pos0, theta = 6, 2, 64, 3, 40, 17, 10000.0
@@ -158,8 +158,8 @@ def test_kv_append_and_fused_qkv_rope_append(dtype):
 @pytest.mark.parametrize("M,N,K", [(1, 7, 5), (1, 3584, 3584), (5, 1000, 129), (128, 512, 1536)])
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
 def test_cublas_linear_bf16(M, N, K, out_dtype):
-    from minitorch.cuda_blas import DTYPE_CODES, cublas
-    from minitorch.cuda_launch import empty
+    from minitorch.cuda.blas import DTYPE_CODES, cublas
+    from minitorch.cuda.launch import empty
 
     r = np.random.default_rng(M * N + K)
     x = r.standard_normal((M, K)).astype(np.float32)
@@ -173,7 +173,7 @@ def test_cublas_linear_bf16(M, N, K, out_dtype):
 
 
 def gemv_tmax(T):
-    """The gemv instantiation (TMAX) the decoder picks for a T-token step (cuda_decode._gemv)."""
+    """The gemv instantiation (TMAX) the decoder picks for a T-token step (minitorch/cuda/decoder.py _gemv)."""
     return 1 if T == 1 else 4 if T <= 4 else 5 if T == 5 else 8 if T <= 8 else 16
 
 
@@ -199,7 +199,7 @@ def gemv_variants(T, N, r8=False):
 def test_gemv_bf16_all_outputs(T, N, K):
     import cupy as cp
 
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.runtime import kernels
 
     r = np.random.default_rng(T * 1000 + N + K)
     x = r.standard_normal((T, K)).astype(np.float32)
@@ -234,7 +234,7 @@ def test_gemv_bf16_all_outputs(T, N, K):
 def test_gemv_silu_fused_down_projection(T):
     import cupy as cp
 
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.runtime import kernels
 
     r = np.random.default_rng(T)
     N, K = 333, 1000
@@ -256,8 +256,8 @@ def test_gemv_silu_fused_down_projection(T):
 def test_gemv_norm_fused_projection_equals_add_rmsnorm_then_gemv(T):
     import cupy as cp
 
-    from minitorch.cuda_launch import add_rmsnorm, empty, view_of
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.launch import add_rmsnorm, empty, view_of
+    from minitorch.cuda.runtime import kernels
 
     r = np.random.default_rng(10 + T)
     N, K = 203, 1536
@@ -290,7 +290,7 @@ def test_gemv_gusilu_epilogue_equals_gemv_then_gate_up_silu(T, I, K):
     the plain GEMV's bf16 output followed by gate_up_silu_il_bf16 writes, and matches float64."""
     import cupy as cp
 
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.runtime import kernels
 
     r = np.random.default_rng(100 * T + I)
     x = r.standard_normal((T, K)).astype(np.float32)
@@ -329,8 +329,8 @@ def test_gemv_resnorm_epilogue(T, N, K):
     writes RMSNorm(resid) * nw like add_rmsnorm; the grid-wide ticket is back at 0 after each launch."""
     import cupy as cp
 
-    from minitorch.cuda_launch import add_rmsnorm, empty, view_of
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.launch import add_rmsnorm, empty, view_of
+    from minitorch.cuda.runtime import kernels
 
     r = np.random.default_rng(7 * T + N + K)
     x = r.standard_normal((T, K)).astype(np.float32)
@@ -370,7 +370,7 @@ def test_gemv_qkvrope_epilogue_equals_gemv_then_rope_append(T, Hq, Hkv, D, bias)
     the il kernel on permuted rows matches qkv_rope_append_bf16 on the original rows."""
     import cupy as cp
 
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.runtime import kernels
 
     r = np.random.default_rng(T * 31 + D)
     H3, K, max_len, pos0, theta = Hq + 2 * Hkv, 264, 48, 20, 10000.0
@@ -435,8 +435,8 @@ def test_gemv_norm_consumers_equal_add_rmsnorm_then_epilogue_kernels(T, K):
     8-rows-a-block one-token kernels give the same bits."""
     import cupy as cp
 
-    from minitorch.cuda_launch import add_rmsnorm, empty, view_of
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.launch import add_rmsnorm, empty, view_of
+    from minitorch.cuda.runtime import kernels
 
     r = np.random.default_rng(50 * T + K)
     resid = (3 * r.standard_normal((T, K))).astype(np.float32)

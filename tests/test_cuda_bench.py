@@ -1,4 +1,4 @@
-"""project/bench_throughput.py's model loading for --model (registry names, GGUF files, HF folders):
+"""project/bench/throughput.py's model loading for --model (registry names, GGUF files, HF folders):
 float32 checkpoint-named arrays as the CUDA decoder uploads them, never the CPU's packed form.
 Runs on the CPU (no GPU needed); the cost model's arithmetic against Leviathan's formula."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import bench_throughput as bt
+from bench import throughput as bt
 from minitorch.generation.stats import expected_tokens_per_round
 from test_models_util import hf_qwen2, save_hf, tiny_bpe, write_gguf
 
@@ -61,7 +61,7 @@ def test_load_real_check_catches_packed_weights(tmp_path: Path, monkeypatch) -> 
 
 def test_bench_model_user_errors(tmp_path: Path, capsys, monkeypatch) -> None:
     """A missing model file or a bad flag: one line and exit status 2 (checked before any GPU work)."""
-    import minitorch.cuda_runtime as rt
+    import minitorch.cuda.runtime as rt
 
     monkeypatch.setattr(rt, "cuda_available", lambda: True)  # so the model is looked for, not the GPU
     monkeypatch.setattr(rt, "get_cupy", lambda: pytest.fail("no GPU work before the model is found"))

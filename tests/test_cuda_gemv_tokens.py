@@ -24,7 +24,7 @@ def one_token_rows(name1, w, x, N_out, extra, counter=None):
     """Row t = the one-token kernel's output for token t alone (fp32 or bf16 bits)."""
     import cupy as cp
 
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.runtime import kernels
 
     z = np.uint64(0)
     rows = []
@@ -49,7 +49,7 @@ def one_token_rows(name1, w, x, N_out, extra, counter=None):
 def test_several_token_gemv_equals_one_token_gemv_bitwise(tm, N, K):
     import cupy as cp
 
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.runtime import kernels
 
     r = np.random.default_rng(tm * 7919 + N + K)
     w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
@@ -68,7 +68,7 @@ def test_several_token_gemv_equals_one_token_gemv_bitwise(tm, N, K):
 def test_several_token_gusilu_equals_one_token_bitwise(tm, I, K):
     import cupy as cp
 
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.runtime import kernels
 
     r = np.random.default_rng(tm * 31 + I + K)
     w = (r.standard_normal((2 * I, K)) / np.sqrt(K)).astype(np.float32)  # interleaved gate/up rows

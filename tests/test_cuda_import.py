@@ -7,17 +7,17 @@ import sys
 
 import pytest
 
-from minitorch.cuda_runtime import KERNEL_FILES, SRC_DIR, cuda_available, kernel_file, nvrtc_source
+from minitorch.cuda.runtime import KERNEL_FILES, SRC_DIR, cuda_available, kernel_file, nvrtc_source
 
 
 def test_import_minitorch_does_not_import_cupy() -> None:
-    code = "import sys, minitorch, minitorch.cuda_ops; print('cupy' in sys.modules)"
+    code = "import sys, minitorch, minitorch.cuda; print('cupy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_no_gpu_is_reported_cleanly() -> None:
-    from minitorch.cuda_ops import CudaUnavailableError, make_cuda_backend
+    from minitorch.cuda.ops import CudaUnavailableError, make_cuda_backend
 
     if cuda_available():
         pytest.skip("a GPU is present")

@@ -19,7 +19,7 @@ def rng(seed: int) -> np.random.Generator:
 
 def permuted(x, dtype):
     """An uploaded, transposed (non-contiguous) view with the logical values x."""
-    from minitorch.cuda_launch import View
+    from minitorch.cuda.launch import View
 
     if x.ndim < 2:
         return up(x, dtype), x
@@ -41,7 +41,7 @@ POSITIVE = {"log", "sqrt", "rsqrt", "inv"}
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", sorted(MAP_REF))
 def test_map(op, dtype):
-    from minitorch.cuda_launch import empty, map_op
+    from minitorch.cuda.launch import empty, map_op
 
     for i, shape in enumerate(SHAPES):
         x = rng(i).standard_normal(shape).astype(np.float32)
@@ -65,7 +65,7 @@ BCAST = [((3, 5), (3, 5)), ((3, 5), (5,)), ((4, 1, 6), (1, 7, 1)), ((1,), (9, 2)
 @pytest.mark.parametrize("dtype", DTYPES + ["int64"])
 @pytest.mark.parametrize("op", sorted(ZIP_REF))
 def test_zip(op, dtype):
-    from minitorch.cuda_launch import empty, zip_op
+    from minitorch.cuda.launch import empty, zip_op
 
     if dtype == "int64" and op in ("div", "pow"):
         pytest.skip("integer div/pow are not core ops")
@@ -93,7 +93,7 @@ def test_zip(op, dtype):
 @pytest.mark.parametrize("src", DTYPES + ["int64"])
 @pytest.mark.parametrize("dst", DTYPES + ["int64"])
 def test_cast_into_strided_view(src, dst):
-    from minitorch.cuda_launch import View, cast, fill, empty
+    from minitorch.cuda.launch import View, cast, fill, empty
 
     x = rng(7).integers(-100, 100, (5, 6, 7)).astype(np.float32)
     a, _ = permuted(x, src) if src != "int64" else (up(x.astype(np.int64), "int64"), x)
@@ -109,7 +109,7 @@ def test_cast_into_strided_view(src, dst):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", ["sum", "max", "min", "prod"])
 def test_reduce(op, dtype):
-    from minitorch.cuda_launch import empty, reduce
+    from minitorch.cuda.launch import empty, reduce
 
     ref = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op]
     for i, shape in enumerate([(7,), (3, 5), (2, 3, 4), (4, 5000), (3000, 3), (1, 100001)]):
@@ -129,7 +129,7 @@ def test_reduce(op, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_argmax(dtype):
-    from minitorch.cuda_launch import argmax_rows, empty
+    from minitorch.cuda.launch import argmax_rows, empty
 
     for i, (rows, n) in enumerate([(1, 1), (3, 17), (5, 1025), (2, 152064), (9, 151936)]):
         x = rng(300 + i).standard_normal((rows, n)).astype(np.float32)
@@ -146,7 +146,7 @@ def test_argmax(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("log", [False, True])
 def test_softmax_any_row_length(dtype, log):
-    from minitorch.cuda_launch import empty, softmax
+    from minitorch.cuda.launch import empty, softmax
 
     for i, (rows, n) in enumerate([(1, 1), (4, 7), (3, 1000), (2, 1025), (5, 4097), (2, 152064), (70, 33)]):
         x = (3 * rng(400 + i).standard_normal((rows, n))).astype(np.float32)
@@ -169,7 +169,7 @@ def test_softmax_any_row_length(dtype, log):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rmsnorm_layernorm(dtype):
-    from minitorch.cuda_launch import add_rmsnorm, empty, layernorm, rmsnorm
+    from minitorch.cuda.launch import add_rmsnorm, empty, layernorm, rmsnorm
 
     for i, (rows, n) in enumerate([(1, 1), (3, 7), (5, 1536), (2, 3584), (3, 5000), (64, 129)]):
         r = rng(500 + i)
@@ -202,7 +202,7 @@ def rope_ref(x, cos, sin):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rope(dtype):
-    from minitorch.cuda_launch import empty, rope
+    from minitorch.cuda.launch import empty, rope
 
     for i, (B, H, T, D) in enumerate([(1, 1, 1, 2), (1, 3, 5, 64), (2, 7, 11, 128), (1, 2, 300, 80)]):
         r = rng(600 + i)
@@ -221,7 +221,7 @@ def test_rope(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_embedding_and_silu_mul(dtype):
-    from minitorch.cuda_launch import embedding, empty, gate_up_silu, silu_mul
+    from minitorch.cuda.launch import embedding, empty, gate_up_silu, silu_mul
 
     r = rng(700)
     for V, D, n in [(11, 3, 1), (1000, 129, 37), (151936, 64, 5)]:
@@ -248,7 +248,7 @@ def test_embedding_and_silu_mul(dtype):
             if dtype == "bfloat16":  # interleaved rows [g0, u0, g1, u1, ...] (the decoder's layout)
                 import cupy as cp
 
-                from minitorch.cuda_runtime import kernels
+                from minitorch.cuda.runtime import kernels
 
                 gil = up(np.stack([g, u], -1).reshape(shape[0], 2 * shape[1]), dtype)
                 out3 = empty(shape, dtype)

@@ -18,7 +18,7 @@ PROMPT = [int(x) for x in np.random.default_rng(5).integers(0, 97, 70)]  # 70 ke
 def run_decoder(cfg_kw, w, max_len, gemv, slots=None, monkeypatch=None, broken=False):
     """Prefill, 12 graph-replayed decode steps, a 5-token verify step at a later position (graph),
     the caches: everything a speculative round reads."""
-    import minitorch.cuda_decode as cd
+    import minitorch.cuda.decoder as cd
 
     if slots is not None:  # a few split slots: each partial block loops over several splits
         monkeypatch.setattr(cd, "ATT_SLOT_BLOCKS", 1)

@@ -51,7 +51,7 @@ def logits_steps(model, prompt, steps):
 
 @pytest.mark.parametrize("cfg_kw", CONFIGS, ids=["tied-gqa2", "untied-gqa6", "hd128"])
 def test_model_logits_gpu_vs_cpu_float32(cfg_kw):
-    from minitorch.cuda_ops import make_cuda_backend
+    from minitorch.cuda.ops import make_cuda_backend
 
     cpu, _ = build(cfg_kw, FastBackend)
     gpu, _ = build(cfg_kw, make_cuda_backend())
@@ -61,7 +61,7 @@ def test_model_logits_gpu_vs_cpu_float32(cfg_kw):
 
 
 def test_model_logits_gpu_bf16_vs_cpu():
-    from minitorch.cuda_ops import make_cuda_backend
+    from minitorch.cuda.ops import make_cuda_backend
 
     cpu, _ = build(CONFIGS[0], FastBackend)
     gpu, _ = build(CONFIGS[0], make_cuda_backend(), dtype="bfloat16")
@@ -72,7 +72,7 @@ def test_model_logits_gpu_bf16_vs_cpu():
 
 
 def decoder_of(cfg_kw, w, max_len=96, max_tokens=16, **kw):
-    from minitorch.cuda_decode import CudaDecoder
+    from minitorch.cuda.decoder import CudaDecoder
     from minitorch.models import Qwen2Config
 
     return CudaDecoder(Qwen2Config(**cfg_kw), w, max_len=max_len, max_tokens=max_tokens, **kw)

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.gpu, needs_gpu]
 
 @pytest.fixture(scope="module")
 def cuda():
-    from minitorch.cuda_ops import make_cuda_backend
+    from minitorch.cuda.ops import make_cuda_backend
 
     return make_cuda_backend()
 
@@ -147,8 +147,8 @@ def test_gradients_flow_on_cuda(cuda):
 def test_nvrtc_fallback_compiles_the_same_sources(tmp_path, capsys):
     import cupy as cp
 
-    from minitorch.cuda_launch import View
-    from minitorch.cuda_runtime import KernelLibrary
+    from minitorch.cuda.launch import View
+    from minitorch.cuda.runtime import KernelLibrary
 
     lib = KernelLibrary(build_dir=tmp_path)  # empty: no fatbins -> NVRTC
     x = cp.asarray(np.random.default_rng(5).standard_normal((3, 1000)).astype(np.float32))

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (minitorch/cuda_pdl.py): a CudaDecoder launching its step kernels
+"""Programmatic dependent launch (minitorch/cuda/pdl.py): a CudaDecoder launching its step kernels
 with PDL must compute exactly what the ordinary launches compute (eager steps, captured graphs,
 verify steps, greedy speculative decoding). GPU only; kept in its own file so a driver-level failure
 of cuLaunchKernelEx cannot take the other GPU tests down with it."""
@@ -21,7 +21,7 @@ def weights(cfg: dict, seed: int) -> dict:
 
     import cupy as cp
 
-    from minitorch.cuda_decode import random_weights
+    from minitorch.cuda.decoder import random_weights
 
     w = random_weights(SimpleNamespace(**cfg), seed=seed, std=0.15)
     r = cp.random.default_rng(seed + 100)
@@ -34,7 +34,7 @@ def weights(cfg: dict, seed: int) -> dict:
 def decoder(cfg: dict, w: dict, **kw):
     from types import SimpleNamespace
 
-    from minitorch.cuda_decode import CudaDecoder
+    from minitorch.cuda.decoder import CudaDecoder
 
     return CudaDecoder(SimpleNamespace(**cfg), w, max_len=128, max_tokens=16, **kw)
 

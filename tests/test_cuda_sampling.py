@@ -44,7 +44,7 @@ def chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
 
 def clusters():
     """Blocks a row: 1, and the decoder's cluster size where the device has thread-block clusters."""
-    from minitorch.cuda_launch import SAMPLE_CLUSTER, cluster_supported
+    from minitorch.cuda.launch import SAMPLE_CLUSTER, cluster_supported
 
     return [1, SAMPLE_CLUSTER] if cluster_supported() else [1]
 
@@ -55,9 +55,9 @@ def launch_sample(logits: np.ndarray, cfg: SamplingConfig, rows: int | None = No
     blocks; returns (probs, ids or None)."""
     import cupy as cp
 
-    from minitorch.cuda_launch import SAMPLE_THREADS
-    from minitorch.cuda_pdl import PdlLauncher
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.launch import SAMPLE_THREADS
+    from minitorch.cuda.pdl import PdlLauncher
+    from minitorch.cuda.runtime import kernels
 
     x = cp.asarray(np.ascontiguousarray(logits, np.float32))
     V = x.shape[-1]
@@ -135,9 +135,9 @@ def run_accept(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, seed: in
     (None: point mass); returns out (N, g + 2) = [n, d_1..d_n, next, ...]."""
     import cupy as cp
 
-    from minitorch.cuda_launch import SAMPLE_THREADS
-    from minitorch.cuda_pdl import PdlLauncher
-    from minitorch.cuda_runtime import kernels
+    from minitorch.cuda.launch import SAMPLE_THREADS
+    from minitorch.cuda.pdl import PdlLauncher
+    from minitorch.cuda.runtime import kernels
 
     g1, V = p.shape
     g = g1 - 1

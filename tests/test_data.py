@@ -23,7 +23,7 @@ def readme_table() -> dict[str, tuple[int, str]]:
 
 
 def test_readme_lists_every_dataset_the_benchmarks_name():
-    from evaluation_data import DATASETS, DEFAULT_DATA_DIR
+    from evaluation.data import DATASETS, DEFAULT_DATA_DIR
 
     assert DEFAULT_DATA_DIR == DATA
     local = {spec.local for spec in DATASETS.values() if spec.local}

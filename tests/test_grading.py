@@ -1,10 +1,10 @@
-"""Answer extraction and grading (project/grading.py) on real GSM8K / MATH-500 / AMC23 answers."""
+"""Answer extraction and grading (project/evaluation/grading.py) on real GSM8K / MATH-500 / AMC23 answers."""
 import json
 from pathlib import Path
 
 import pytest
 
-from grading import extract_answer, extract_boxed, gold_answer, grade, is_correct, strip_thousands
+from evaluation.grading import extract_answer, extract_boxed, gold_answer, grade, is_correct, strip_thousands
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # the repository's own copy
 

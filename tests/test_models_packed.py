@@ -1,4 +1,4 @@
-"""Packed GGUF weights (minitorch/packed.py, minitorch/models/gguf_packed.py, minitorch/fast_packed.py):
+"""Packed GGUF weights (minitorch/packed.py, minitorch/models/gguf_packed.py, minitorch/cpu/packed.py):
 the packed form rebuilds gguf's own dequantization bit for bit for every packed type, the numba kernel
 matches the float32 reference and is row-count independent, and a packed model equals the float32 model."""
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_fast_kernel_rows_match_one_row_calls_for_every_row_count(block: int) ->
     gives the same bits as all of them."""
     import numba
 
-    from minitorch import fast_packed
+    from minitorch.cpu import packed as fast_packed
 
     n, k = 300, 144
     rng = np.random.default_rng(block)
@@ -229,7 +229,7 @@ def test_auto_weights_are_float32_without_a_packed_kernel(gguf_pair: Path, tmp_p
 def test_kernel_rebuilds_the_float32_weights_exactly() -> None:
     """One-hot activations read single weights out of the kernel: its row rebuild (scale * code - offset,
     two roundings) gives the dequantized float32 weights bit for bit, offsets included."""
-    from minitorch import fast_packed
+    from minitorch.cpu import packed as fast_packed
 
     for qtype in ("Q4_K", "Q6_K", "Q4_1"):
         pw = pack_raw(qtype, random_blocks(qtype, 24, 256, seed=7), (24, 256))

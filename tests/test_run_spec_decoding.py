@@ -12,7 +12,7 @@ import pytest
 
 import cli_common
 import run_spec_decoding as prog
-from minitorch.cuda_runtime import cuda_available
+from minitorch.cuda.runtime import cuda_available
 from test_generation_fakes import FakeModel
 
 ROOT = Path(__file__).resolve().parents[1]

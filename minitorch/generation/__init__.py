@@ -1,6 +1,6 @@
 """Token generation on MiniTorch models: sampling, autoregressive and speculative decoding.
 
-See docs/CONTRACT.md ("Generation") and speculative.py for the acceptance rule.
+See docs/ARCHITECTURE.md (the model and drafter protocols) and speculative.py for the acceptance rule.
 """
 from .autoregressive import generate
 from .drafters import Drafter, ModelDrafter, NGramDrafter

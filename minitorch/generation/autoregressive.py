@@ -2,7 +2,7 @@
 
 gpt-fast layout: `prefill` feeds the prompt, `decode_one_token` feeds one token and picks the next.
 A model is anything with `new_cache(max_len)`, `__call__(ids, cache) -> (1, T, V) logits` and
-`config.vocab_size` (see docs/CONTRACT.md). Cache invariant after `generate`: the cache holds every
+`config.vocab_size` (the model protocol, docs/ARCHITECTURE.md). Cache invariant after `generate`: the cache holds every
 token of prompt + output except the last one (its logits were never needed).
 """
 from __future__ import annotations

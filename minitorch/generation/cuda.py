@@ -1,5 +1,5 @@
 """Generation on the GPU fast path: autoregressive and speculative decoding over `CudaDecoder`s
-(minitorch/cuda_decode.py). Every step is a replayed CUDA graph; sampling and the acceptance test run
+(minitorch/cuda/decoder.py). Every step is a replayed CUDA graph; sampling and the acceptance test run
 on the device (kernels/sampling.cu); the host reads back token ids only.
 
 Same rules, arguments and results as the CPU engine (autoregressive.py, speculative.py): a
@@ -21,7 +21,7 @@ acceptance rule treats them as point masses (q = 1 at the proposed token).
 
 Exactness: greedy speculative output equals greedy autoregressive output when the verify step computes
 the decode steps' logits bit for bit (CudaDecoder(gemv="ours")); the faster default "ours1" verifies with
-cuBLAS, where a near-tie between two logits can resolve differently (minitorch/cuda_decode.py). Sampled
+cuBLAS, where a near-tie between two logits can resolve differently (minitorch/cuda/decoder.py). Sampled
 runs follow the same acceptance rule as the CPU engine with the device's counter-based generator, so a
 seed reproduces a GPU run, not the CPU run's tokens.
 """
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cuda_launch import SAMPLE_THREADS
+from ..cuda.launch import SAMPLE_THREADS
 from .autoregressive import TokenCallback, autoregressive_result, check_request, emit
 from .sampling import SamplingConfig
 from .speculative import MAX_ADAPTIVE_GAMMA, next_gamma

@@ -1,0 +1,521 @@
+"""Graph-captured Qwen2 decoding on the GPU: the fast path behind `project/bench/throughput.py`.
+
+`CudaDecoder` holds a Qwen2-architecture model's weights on the device in bf16 (q/k/v and gate/up
+projections concatenated so each is one GEMM), a preallocated KV cache, and every activation buffer.
+One step over T tokens is: embedding -> per layer [add+RMSNorm, QKV GEMM, bias+rope+KV append,
+split attention + combine, O GEMM, add+RMSNorm, gate/up GEMM, SiLU-mul, down GEMM] -> final norm ->
+LM head GEMM -> device argmax. For decode / verify steps the products run in our bf16 GEMV kernel
+(kernels/gemv.cu): the gate/up weight rows are interleaved (gate j, up j) so the gate/up GEMV writes
+the SwiGLU product itself (silu="gateup", default; "down" keeps the older SwiGLU-in-the-down-
+projection variant), the O / down projections add straight into the fp32 residual stream and their
+last block computes the next RMSNorm (norm_epilogue, default; no separate norm launches), except that
+for hidden sizes <= 2048 the QKV GEMV normalises its own input (qkv_norm="auto"); fuse_norm makes
+every such GEMV normalise its input (slower on the H200, see kernels/NOTES.md). Wide one-token
+products with short rows run 8 output rows a block (rows_big). Prefill uses cuBLAS and the separate
+kernels.
+
+Exactness: with gemv="ours" every kernel of a step computes each token's values in an order that
+does not depend on how many tokens the step holds (kernels/gemv.cu, attention.cu), so a verify step
+reproduces the decode steps' logits bit for bit and greedy speculative output equals greedy
+autoregressive output by construction. The default "ours1" verifies with cuBLAS (tensor cores, a
+different summation order): verify steps are ~3x cheaper, but a near-tie between the top two logits
+can resolve differently than in a decode step. The cache position lives in device memory, so a step captured once per
+T as a CUDA graph replays at any position; the only host synchronisation is reading token ids back.
+cuBLAS is called through ctypes (capture-safe); everything else is kernels/*.cu.
+
+The config is any object with the Hugging Face Qwen2 field names (hidden_size, num_hidden_layers,
+num_attention_heads, num_key_value_heads, intermediate_size, vocab_size, rope_theta, rms_norm_eps,
+tie_word_embeddings); weights are a dict keyed by checkpoint names (model.layers.0.self_attn.q_proj.weight,
+...), as float32/bf16 numpy or CuPy arrays.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from .blas import CUDA_R_16BF, CUDA_R_32F, cublas
+from .launch import ATT_CLUSTER_MAX, ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, cluster_supported
+from .pdl import PdlLauncher
+from .runtime import get_cupy, kernels
+
+
+ATT_SLOT_BLOCKS = 264  # attention partial blocks a step aims at (two per SM of an H200) ...
+ATT_MIN_SLOTS = 32  # ... with at least this many split slots (long prefill steps have many row groups)
+ATT_STEP_ROWS = 16  # steps of at most this many tokens (decode, verify) share one attention split size
+_NORMED = object()  # "xn already holds the normalised residual" (a resnorm GEMV's epilogue wrote it)
+
+
+def _bf16_bits(cp: Any, arr: Any) -> Any:
+    """float32 (numpy / CuPy) or already-bf16 uint16 -> contiguous CuPy uint16 bf16 bits."""
+    if str(arr.dtype) == "uint16":
+        return cp.ascontiguousarray(cp.asarray(arr))
+    a = cp.asarray(arr, dtype=cp.float32)
+    u = a.view(cp.uint32)
+    return ((u + cp.uint32(0x7FFF) + ((u >> 16) & cp.uint32(1))) >> 16).astype(cp.uint16)
+
+
+def random_weights(cfg: Any, seed: int = 0, std: float = 0.02) -> Dict[str, Any]:
+    """Random bf16 device weights of cfg's real shapes (norm weights 1, biases small)."""
+    cp = get_cupy()
+    g = cp.random.default_rng(seed)
+    H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    D = getattr(cfg, "head_dim", None) or H // cfg.num_attention_heads
+    Hq, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+
+    def rnd(*shape: int) -> Any:
+        return _bf16_bits(cp, g.standard_normal(shape, dtype=cp.float32) * std)
+
+    w: Dict[str, Any] = {"model.embed_tokens.weight": rnd(V, H), "model.norm.weight": _bf16_bits(cp, cp.ones(H, cp.float32))}
+    if not cfg.tie_word_embeddings:
+        w["lm_head.weight"] = rnd(V, H)
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        w[p + "self_attn.q_proj.weight"] = rnd(Hq * D, H)
+        w[p + "self_attn.k_proj.weight"] = rnd(Hkv * D, H)
+        w[p + "self_attn.v_proj.weight"] = rnd(Hkv * D, H)
+        w[p + "self_attn.q_proj.bias"] = rnd(Hq * D)
+        w[p + "self_attn.k_proj.bias"] = rnd(Hkv * D)
+        w[p + "self_attn.v_proj.bias"] = rnd(Hkv * D)
+        w[p + "self_attn.o_proj.weight"] = rnd(H, Hq * D)
+        w[p + "mlp.gate_proj.weight"] = rnd(I, H)
+        w[p + "mlp.up_proj.weight"] = rnd(I, H)
+        w[p + "mlp.down_proj.weight"] = rnd(H, I)
+        w[p + "input_layernorm.weight"] = _bf16_bits(cp, cp.ones(H, cp.float32))
+        w[p + "post_attention_layernorm.weight"] = _bf16_bits(cp, cp.ones(H, cp.float32))
+    return w
+
+
+def weights_from_model(model: Any) -> Dict[str, Any]:
+    """Checkpoint-named float32 numpy weights of a minitorch Qwen2ForCausalLM (any backend)."""
+    return {name: np.asarray(p.value.to_numpy(), dtype=np.float32) for name, p in model.named_parameters()
+            if p.value is not None}
+
+
+class CudaDecoder:
+    """A Qwen2 model resident on the GPU with a KV cache of max_len positions and CUDA-graph steps."""
+
+    def __init__(self, cfg: Any, weights: Dict[str, Any], max_len: int, max_tokens: int = 128,
+                 gemv: str = "ours1", fuse_norm: bool = False, pdl: Optional[bool] = None,
+                 silu: str = "gateup", norm_epilogue: bool = True, qkv_rope: bool = True, rows1: int = 4,
+                 rows_big: int = 8, attn: str = "split", qkv_norm: str = "auto",
+                 attn_kb: Optional[int] = None) -> None:
+        """gemv: which steps run their products in kernels/gemv.cu (SwiGLU and the residual add
+        fused in): "ours1" one-token steps (default: verify steps then cost about one decode
+        step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
+        separate norm / SwiGLU kernels; "ours" makes verify == decode bit for bit (module doc).
+        fuse_norm: RMSNorm computed inside the GEMVs that read a normalised input (see qkv_norm).
+        pdl: launch the step's kernels with programmatic dependent launch (minitorch/cuda/pdl.py);
+        None (default) = on for compute capability >= 9.0 (H200: decode step 1.78 -> 1.63 ms at 1.5B).
+        silu: "gateup" (default) = gate/up weight rows interleaved, our gate/up GEMV writes
+        bf16(silu(gate) * up) in its epilogue (cuBLAS steps: gate_up_silu_il_bf16); "down" = the
+        earlier layout [gate | up], SwiGLU recomputed by every block of the down GEMV (T=1 only).
+        norm_epilogue: our O / down GEMVs that add into the residual stream also compute the next
+        RMSNorm in their last block (no add_rmsnorm launch); ignored with fuse_norm.
+        qkv_rope: q/k/v weight rows (and biases) permuted within each head to (0, D/2, 1, D/2+1, ...)
+        so our QKV GEMV applies rope and writes q and the KV caches in its epilogue (no
+        qkv_rope_append launch); cuBLAS steps use qkv_rope_append_il_bf16 on the permuted product.
+        rows1: output rows a block for one-token products with N <= 8192 (q/k/v, o, down): 4 (default)
+        or 2 (twice the blocks; slower on the H200).
+        rows_big: output rows a block for one-token products with N > 8192 and K <= 2048 (the 1.5B
+        gate/up and vocabulary projections): 8 (default; gemv1r8_*: twice the bytes in flight a block,
+        1.5B decode step -2.8% on the H200) or 4. The same bits either way.
+        attn: "split" = attn_partial + attn_combine (workspace in global memory); "cluster" = one
+        kernel whose splits merge through distributed shared memory (sm_90; at most 16 splits of 32
+        keys, so max_len <= 512); "auto" = cluster where the device and max_len allow it, else split.
+        All three give identical bits.
+        qkv_norm: "epilogue" = the down projection's last block writes the next layer's normalised
+        input (norm_epilogue); "consumer" = the down projection only adds into the residual stream and
+        the next QKV GEMV computes the RMSNorm itself (gemv*_norm_qkvrope_bf16: no ticket tail, but
+        every block reads the fp32 row and the norm weight); "auto" (default) = consumer for
+        hidden_size <= 2048 (H200: 1.5B step -1.5%, 7B step +1.2% with consumer, kernels/NOTES.md).
+        fuse_norm makes every one of our GEMVs that reads a normalised input (QKV, gate/up, LM head)
+        compute the norm itself.
+        attn_kb: keys per attention split of steps of <= 16 tokens (a multiple of 32; default 32 up to
+        32,768 cache positions, then the least multiple of 32 that keeps 1024 splits; longer prefill
+        steps use larger splits). Any fixed value keeps verify == decode bit for bit. A step's attention
+        costs what its visible splits cost, not max_len: the partial kernel's blocks loop over the
+        splits holding visible keys and stop, and attn_combine merges only those (kernels/attention.cu)."""
+        if rows1 not in (2, 4):
+            raise ValueError(f"rows1 must be 2 or 4, got {rows1!r}")
+        if rows_big not in (4, 8):
+            raise ValueError(f"rows_big must be 4 or 8, got {rows_big!r}")
+        if qkv_norm not in ("epilogue", "consumer", "auto"):
+            raise ValueError(f"qkv_norm must be 'epilogue', 'consumer' or 'auto', got {qkv_norm!r}")
+        if qkv_norm == "auto":
+            qkv_norm = "consumer" if cfg.hidden_size <= 2048 else "epilogue"
+        self.qkv_norm = qkv_norm
+        if attn not in ("split", "cluster", "auto"):
+            raise ValueError(f"attn must be 'split', 'cluster' or 'auto', got {attn!r}")
+        self.rows1 = rows1
+        self.rows_big = rows_big
+        if gemv not in ("ours", "ours1", "cublas"):
+            raise ValueError(f"gemv must be 'ours', 'ours1' or 'cublas', got {gemv!r}")
+        if silu not in ("gateup", "down"):
+            raise ValueError(f"silu must be 'gateup' or 'down', got {silu!r}")
+        cp = self.cp = get_cupy()
+        self.gemv = gemv
+        self.fuse_norm = fuse_norm
+        self.silu = silu
+        self.norm_epilogue = bool(norm_epilogue) and not fuse_norm
+        self.qkv_rope = bool(qkv_rope)
+        self.cfg = cfg
+        H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+        Hq, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+        D = getattr(cfg, "head_dim", None) or H // Hq
+        if D % 2 or D > 256 or Hq % Hkv:
+            raise ValueError(f"unsupported attention shape: {Hq} heads of {D}, {Hkv} kv heads")
+        self.H, self.I, self.V, self.Hq, self.Hkv, self.D = H, I, V, Hq, Hkv, D
+        self.nv = V  # candidate tokens: the first nv logits (limit_vocab); logits rows have nv columns
+        self.L = cfg.num_hidden_layers
+        self.max_len, self.max_tokens = max_len, max_tokens
+        self.eps = float(cfg.rms_norm_eps)
+        self.theta = float(cfg.rope_theta)
+        get = lambda k: _bf16_bits(cp, weights[k])  # noqa: E731
+        self.embed = get("model.embed_tokens.weight")
+        self.lm_head = self.embed if cfg.tie_word_embeddings or "lm_head.weight" not in weights else get("lm_head.weight")
+        self.final_norm = get("model.norm.weight")
+        self.layers: List[Dict[str, Any]] = []
+        for i in range(self.L):
+            p = f"model.layers.{i}."
+            qkv = cp.concatenate([get(p + f"self_attn.{n}_proj.weight") for n in "qkv"], axis=0)  # (H3*D, H)
+            has_bias = (p + "self_attn.q_proj.bias") in weights
+            bias = cp.concatenate([get(p + f"self_attn.{n}_proj.bias") for n in "qkv"]) if has_bias else None
+            if self.qkv_rope:  # rows of each head: 0, D/2, 1, D/2 + 1, ... (rotation pairs adjacent)
+                H3_ = Hq + 2 * Hkv
+                qkv = cp.ascontiguousarray(qkv.reshape(H3_, 2, D // 2, H).transpose(0, 2, 1, 3).reshape(H3_ * D, H))
+                if bias is not None:
+                    bias = cp.ascontiguousarray(bias.reshape(H3_, 2, D // 2).transpose(0, 2, 1).reshape(-1))
+            if silu == "gateup":  # rows gate 0, up 0, gate 1, up 1, ... (2I, H)
+                gu = cp.stack([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")], axis=1).reshape(2 * I, H)
+            else:  # [gate | up] (2I, H)
+                gu = cp.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")], axis=0)
+            gu = cp.ascontiguousarray(gu)
+            self.layers.append(dict(
+                qkv=qkv, qkv_bias=bias, o=get(p + "self_attn.o_proj.weight"), gate_up=gu,
+                down=get(p + "mlp.down_proj.weight"), ln1=get(p + "input_layernorm.weight"),
+                ln2=get(p + "post_attention_layernorm.weight"),
+                k=cp.zeros((Hkv, max_len, D), cp.uint16), v=cp.zeros((Hkv, max_len, D), cp.uint16)))
+        T, H3 = max_tokens, Hq + 2 * Hkv
+        self.tokens = cp.zeros(T, cp.int64)
+        self.pos = cp.zeros(1, cp.int32)
+        self.resid = cp.zeros((T, H), cp.float32)
+        self.xn = cp.zeros((T, H), cp.uint16)
+        self.qkv = cp.zeros((T, H3 * D), cp.uint16)
+        self.q = cp.zeros((T, Hq, D), cp.uint16)
+        self.attn_out = cp.zeros((T, Hq * D), cp.uint16)
+        self.o = cp.zeros((T, H), cp.uint16)
+        self.gu = cp.zeros((T, 2 * I), cp.uint16)
+        self.act = cp.zeros((T, I), cp.uint16)
+        self.down = cp.zeros((T, H), cp.uint16)
+        self.logits = cp.zeros((T, V), cp.float32)
+        self.next_ids = cp.zeros(T, cp.int64)
+        self.history = cp.zeros(max_len + T, cp.int64)
+        self.am_v = cp.zeros(T * argmax_plan(V)[0], cp.float32)
+        self.am_i = cp.zeros(T * argmax_plan(V)[0], cp.int32)
+        # keys per attention split of decode / verify steps (<= ATT_STEP_ROWS tokens): one 32-key chunk up
+        # to 32k positions, at most 1024 splits beyond; longer (prefill) steps, which need not match them
+        # bit for bit, use at most 256 larger splits (the workspace holds max_tokens rows of those)
+        self.kb = int(attn_kb) if attn_kb is not None else 32 * max(1, math.ceil(max_len / (32 * 1024)))
+        if self.kb < 32 or self.kb % 32:
+            raise ValueError(f"attn_kb must be a positive multiple of 32, got {attn_kb!r}")
+        self.nsplit = math.ceil(max_len / self.kb)
+        self.kb_big = max(self.kb, 32 * max(1, math.ceil(max_len / (32 * 256))))
+        self.nsplit_big = math.ceil(max_len / self.kb_big)
+        fits = self.nsplit <= ATT_CLUSTER_MAX and cluster_supported()
+        if attn == "cluster" and not fits:
+            raise ValueError(f"attn='cluster' needs compute capability >= 9.0 and at most {ATT_CLUSTER_MAX} "
+                             f"attention splits ({self.nsplit} for max_len {max_len}); use 'auto' or 'split'")
+        self.attn = "cluster" if attn == "cluster" or (attn == "auto" and fits) else "split"
+        ws_rows = Hq * max(min(T, ATT_STEP_ROWS) * self.nsplit, T * self.nsplit_big)
+        self.ws_m = cp.zeros(ws_rows, cp.float32)
+        self.ws_l = cp.zeros(ws_rows, cp.float32)
+        self.ws_acc = cp.zeros(ws_rows * D, cp.float32)
+        self.counter = cp.zeros(1, cp.uint32)  # grid-wide ticket of the resnorm GEMVs (0 between launches)
+        # sampling (kernels/sampling.cu): None = greedy (argmax), else (1 / temperature, top_k, top_p);
+        # rng = [seed, counter] on the device; probs = a ring of filtered probability rows (the draft's q
+        # rows of a speculative round, or the target's p rows of a verify step)
+        self.sampling: Optional[tuple] = None
+        self.rng = cp.zeros(2, cp.uint64)
+        self.sample_cluster = SAMPLE_CLUSTER if cluster_supported() else 1  # blocks that share one row
+        self.probs = cp.zeros((T, V), cp.float32)  # a ring of max_tokens rows
+        self.spec_out = cp.zeros(T + 2, cp.int64)  # a speculative round's [n, accepted drafts, next]
+        self.graph_refs: Dict[Any, Any] = {}  # objects whose device buffers a captured graph uses
+        self.blas = cublas()
+        if pdl is None:
+            pdl = cluster_supported()  # PDL and clusters both arrive with compute capability 9.0
+        self.pdl = bool(pdl)
+        self.k = PdlLauncher(kernels(), pdl=self.pdl)
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.graphs: Dict[Any, Any] = {}
+
+    @property
+    def config(self) -> Any:
+        """The model config (generation's request checks read config.max_position_embeddings)."""
+        return self.cfg
+
+    # ------------------------------------------------------------------ one step (capturable)
+    def _ours(self, M: int, K: int) -> bool:
+        """Whether an M-token product runs in our GEMV (else cuBLAS)."""
+        limit = {"ours": 16, "ours1": 1, "cublas": 0}[self.gemv]
+        return M <= limit and K % 8 == 0
+
+    def _kname(self, M: int, N: int, mode: str, K: int = 0) -> "tuple[str, int]":
+        """(kernel name, output rows a block) of the kernels/gemv.cu instantiation for an M-token
+        product of N outputs (rows of K) in input/output mode `mode` ("", "_resnorm", "_qkvrope", ...)."""
+        tm = 1 if M == 1 else 4 if M <= 4 else 5 if M == 5 else 8 if M <= 8 else 16
+        if tm == 1 and self.rows1 == 2 and N <= 8192 and mode in ("", "_resnorm", "_qkvrope"):
+            return f"gemv1r2{mode}_bf16", 2
+        if tm == 1 and self.rows_big == 8 and N > 8192 and K <= 2048 and mode in ("", "_gusilu", "_norm",
+                                                                                  "_norm_gusilu"):
+            return f"gemv1r8{mode}_bf16", 8
+        return f"gemv{tm}{mode}_bf16", (2 if tm == 16 else 4)
+
+    def _gemv(self, x: Any, w: Any, M: int, N: int, K: int, yb: Any = None, yf: Any = None,
+              resid: Any = None, mode: str = "", nw: Any = None) -> None:
+        """kernels/gemv.cu; mode "" (x bf16), "_silu" (x = [gate | up]), "_norm" (x = fp32
+        residual rows, normalised with weight nw inside the kernel), "_gusilu" (interleaved gate/up
+        rows -> yb = SwiGLU product) or "_resnorm" (resid += x @ w^T, then yb = RMSNorm(resid) * nw)."""
+        name, rows = self._kname(M, N, mode, K)
+        z = np.uint64(0)
+        args = (w, x, nw if nw is not None else z, np.float32(self.eps), yb if yb is not None else z,
+                yf if yf is not None else z, resid if resid is not None else z, np.int32(N), np.int32(K),
+                np.int32(M), np.int32(2 * K if mode == "_silu" else K))
+        if mode in ("_gusilu", "_resnorm", "_norm_gusilu"):
+            args = args + (self.counter,)
+        self.k.launch(name, (math.ceil(N / rows),), (256,), args)
+
+    def _gemm(self, x: Any, w: Any, y: Any, M: int, N: int, K: int, out_f32: bool = False) -> None:
+        """y[M, N] = x[M, K] @ w[N, K]^T (bf16, or fp32 logits)."""
+        if self._ours(M, K):
+            self._gemv(x, w, M, N, K, yf=y if out_f32 else None, yb=None if out_f32 else y)
+            return
+        self.blas.linear(x.data.ptr, w.data.ptr, y.data.ptr, M, N, K, CUDA_R_16BF, CUDA_R_16BF,
+                         CUDA_R_32F if out_f32 else CUDA_R_16BF)
+
+    def _gemm_resid(self, x: Any, w: Any, tmp: Any, M: int, N: int, K: int, nw: Any = None) -> Optional[Any]:
+        """Project and add into the fp32 residual stream; returns the bf16 delta still to be added
+        (cuBLAS path: the next add+RMSNorm adds it), None (our GEMV added it already) or _NORMED
+        (our GEMV added it and wrote xn = RMSNorm(resid) * nw as well: norm_epilogue)."""
+        if self._ours(M, K):
+            if nw is not None and self.norm_epilogue:
+                self._gemv(x, w, M, N, K, yb=self.xn, resid=self.resid, mode="_resnorm", nw=nw)
+                return _NORMED
+            self._gemv(x, w, M, N, K, resid=self.resid)
+            return None
+        self._gemm(x, w, tmp, M, N, K)
+        return tmp
+
+    def _norm(self, delta: Optional[Any], w: Any, T: int) -> None:
+        n = self.H
+        self.k.launch("add_rmsnorm_bf16", (T,), (min(1024, 32 * math.ceil(n / 128)),),
+                      (self.resid, delta if delta is not None else np.uint64(0), w, self.xn, np.int32(n),
+                       np.float32(self.eps)))
+
+    def _normed_proj(self, delta: Optional[Any], nw: Any, w: Any, T: int, N: int, r0: int = 0,
+                     yb: Any = None, yf: Any = None) -> None:
+        """Rows r0..T-1 of rmsnorm(resid + delta) @ w^T: one fused GEMV when the residual stream
+        is complete (delta None) and the step is ours, else add+RMSNorm then the product."""
+        H = self.H
+        if delta is _NORMED:  # xn already holds rmsnorm(resid) * nw (the previous GEMV's epilogue)
+            self._gemm(self.xn[r0:T], w, yf if yf is not None else yb, T - r0, N, H, out_f32=yf is not None)
+            return
+        if delta is None and self.fuse_norm and self._ours(T - r0, H):
+            self._gemv(self.resid[r0:T], w, T - r0, N, H, yb=yb, yf=yf, mode="_norm", nw=nw)
+            return
+        self._norm(delta, nw, T)
+        self._gemm(self.xn[r0:T], w, yf if yf is not None else yb, T - r0, N, H, out_f32=yf is not None)
+
+    def _attention(self, lw: Dict[str, Any], T: int, groups: int) -> None:
+        """attn_out (T, Hq*D) = causal attention of q (T, Hq, D) over the layer's cache up to pos + t."""
+        Hq, Hkv, D, i32, i64 = self.Hq, self.Hkv, self.D, np.int32, np.int64
+        qkv = (i64(0), i64(D), i64(Hq * D), i64(0), i64(self.max_len * D), i64(D), i64(0), i64(self.max_len * D), i64(D))
+        kb, nsplit = (self.kb, self.nsplit) if T <= ATT_STEP_ROWS else (self.kb_big, self.nsplit_big)
+        tail = (i32(Hq), i32(Hkv), i32(T), i32(D), i32(self.max_len), i32(kb), np.float32(D ** -0.5))
+        if self.attn == "cluster":  # out (t, h, d) at t*Hq*D + h*D + d: strides (0, D, Hq*D)
+            self.k.launch("attn_cluster_bf16", (nsplit, Hkv, groups), (128,),
+                          (self.q, lw["k"], lw["v"], self.attn_out, self.pos, i32(0)) + qkv
+                          + (i64(0), i64(D), i64(Hq * D)) + tail, cluster=(nsplit, 1, 1))
+            return
+        # split slots: about two blocks per SM; a block loops over splits slot, slot + slots, ... while
+        # they hold visible keys (kernels/attention.cu), so the grid does not grow with max_len
+        slots = min(nsplit, max(ATT_MIN_SLOTS, math.ceil(ATT_SLOT_BLOCKS / (Hkv * groups))))
+        self.k.launch("attn_partial_bf16", (slots, Hkv, groups), (128,),
+                      (self.q, lw["k"], lw["v"], self.ws_m, self.ws_l, self.ws_acc, self.pos, i32(0)) + qkv + tail
+                      + (i32(nsplit),))
+        self.k.launch("attn_combine_bf16", (Hq * T,), (32 * math.ceil(D / 32),),
+                      (self.ws_m, self.ws_l, self.ws_acc, self.attn_out, i64(0), i64(D), i64(Hq * D),
+                       i32(Hq), i32(T), i32(D), i32(nsplit), self.pos, i32(0), i32(self.max_len), i32(kb)))
+
+    def _step(self, T: int, all_logits: bool, advance: bool) -> None:
+        """Enqueue one forward step over tokens[0:T] at positions pos..pos+T-1 (no host sync)."""
+        k, H, D, Hq, Hkv, I, i32 = self.k, self.H, self.D, self.Hq, self.Hkv, self.I, np.int32
+        H3 = Hq + 2 * Hkv
+        k.launch("embedding_bf16_f32", (T,), (256,), (self.embed, self.tokens, self.resid, i32(self.V), i32(H)))
+        groups = math.ceil((Hq // Hkv) * T / ATT_RMAX)
+        delta: Optional[Any] = None
+        norms = [lw["ln2"] for lw in self.layers]
+        nexts = [lw["ln1"] for lw in self.layers[1:]] + [self.final_norm]
+        ours = self._ours(T, H)
+        # RMSNorm computed by the consuming GEMV itself (from the fp32 residual stream): the QKV GEMV
+        # (qkv_norm="consumer" or fuse_norm), the gate/up GEMV (fuse_norm); the projection before only adds
+        qkv_consumer = self.qkv_rope and ours and (self.fuse_norm or self.qkv_norm == "consumer")
+        gu_consumer = self.silu == "gateup" and ours and self.fuse_norm
+        for li, lw in enumerate(self.layers):
+            bias = lw["qkv_bias"] if lw["qkv_bias"] is not None else np.uint64(0)
+            if self.qkv_rope and ours:  # rope + KV append in the QKV GEMV's epilogue
+                tail = (i32(Hq), i32(Hkv), i32(D), i32(self.max_len), np.float32(self.theta))
+                if qkv_consumer and delta is None:  # the residual stream is complete: normalise here
+                    name, rows = self._kname(T, H3 * D, "_norm_qkvrope")
+                    k.launch(name, (math.ceil(H3 * D / rows),), (256,),
+                             (lw["qkv"], self.resid, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"],
+                              self.pos) + tail + (lw["ln1"], np.float32(self.eps)))
+                else:
+                    if delta is not _NORMED:
+                        self._norm(delta, lw["ln1"], T)
+                    name, rows = self._kname(T, H3 * D, "_qkvrope")
+                    k.launch(name, (math.ceil(H3 * D / rows),), (256,),
+                             (lw["qkv"], self.xn, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"],
+                              self.pos) + tail)
+            else:
+                self._normed_proj(delta, lw["ln1"], lw["qkv"], T, H3 * D, yb=self.qkv)
+                k.launch("qkv_rope_append_il_bf16" if self.qkv_rope else "qkv_rope_append_bf16", (T, H3),
+                         (max(32, D // 2),), (self.qkv, bias, self.q, lw["k"], lw["v"], self.pos, i32(Hq), i32(Hkv),
+                                              i32(D), i32(self.max_len), np.float32(self.theta)))
+            self._attention(lw, T, groups)
+            delta = self._gemm_resid(self.attn_out, lw["o"], self.o, T, H, Hq * D, nw=norms[li])
+            if self.silu == "gateup" and ours:  # SwiGLU in the gate/up GEMV's epilogue
+                if gu_consumer and delta is None:
+                    self._gemv(self.resid, lw["gate_up"], T, 2 * I, H, yb=self.act, mode="_norm_gusilu", nw=lw["ln2"])
+                else:
+                    if delta is not _NORMED:
+                        self._norm(delta, lw["ln2"], T)
+                    self._gemv(self.xn, lw["gate_up"], T, 2 * I, H, yb=self.act, mode="_gusilu")
+            else:
+                self._normed_proj(delta, lw["ln2"], lw["gate_up"], T, 2 * I, yb=self.gu)
+            if self.silu == "gateup" and ours:
+                nxt = None if qkv_consumer and li + 1 < self.L else nexts[li]  # the next QKV GEMV normalises
+                delta = self._gemm_resid(self.act, lw["down"], self.down, T, H, I, nw=nxt)
+            elif self.silu == "down" and T == 1 and self._ours(T, I):  # SwiGLU fused into the down projection's input
+                self._gemv(self.gu, lw["down"], T, H, I, resid=self.resid, mode="_silu")
+                delta = None
+            else:
+                k.launch("gate_up_silu_il_bf16" if self.silu == "gateup" else "gate_up_silu_bf16",
+                         (min(4096, math.ceil(T * I / 256)),), (256,), (self.gu, self.act, np.int64(T), i32(I)))
+                delta = self._gemm_resid(self.act, lw["down"], self.down, T, H, I, nw=nexts[li])
+        r0 = 0 if all_logits else T - 1
+        rows = T - r0
+        self._normed_proj(delta, self.final_norm, self.lm_head, T, self.nv, r0=r0, yf=self.logits)
+        if self.sampling is None:
+            nch, chunk = argmax_plan(self.nv)
+            k.launch("argmax_partial_f32", (nch, rows), (256,), (self.logits, self.am_v, self.am_i, i32(self.nv), i32(chunk)))
+            k.launch("argmax_final", (rows,), (128,), (self.am_v, self.am_i, self.next_ids[r0:T], i32(nch)))
+        else:  # a step of one sampled row draws the next token; a verify step (all rows) writes p rows only
+            inv_t, top_k, top_p = self.sampling
+            z, V = np.uint64(0), self.nv
+            draw = not all_logits
+            C = self.sample_cluster
+            k.launch("sample_f32", (C, rows), (SAMPLE_THREADS,),
+                     (self.logits, np.int64(V), self.probs, np.int64(V), i32(self.max_tokens), self.pos if draw else z,
+                      i32(r0), i32(V), np.float32(inv_t), i32(top_k), np.float32(top_p),
+                      self.next_ids[r0:T] if draw else z, self.rng), cluster=(C, 1, 1) if C > 1 else None)
+        if advance:
+            k.launch("decode_advance", (1,), (1,), (self.pos, self.tokens, self.next_ids, self.history, i32(T),
+                                                   i32(self.history.size), self.rng, i32(self.sampling is not None)))
+
+    # ------------------------------------------------------------------ host API
+    def set_position(self, p: int) -> None:
+        """Move the cache position (rolls back speculative entries: they are overwritten later)."""
+        if not 0 <= p <= self.max_len:
+            raise ValueError(f"position {p} outside the cache (max_len {self.max_len})")
+        with self.stream:
+            self.k.launch("set_pos", (1,), (1,), (self.pos, np.int32(p)))
+
+    def run(self, ids: List[int], all_logits: bool = True, advance: bool = True, graph: bool = False) -> Any:
+        """Process ids at the current position; returns the device int64 greedy next ids (len(ids),)
+        (only the last one is computed unless all_logits). graph=True captures/replays per shape."""
+        T = len(ids)
+        if not 1 <= T <= self.max_tokens:
+            raise ValueError(f"a step takes 1..{self.max_tokens} tokens, got {T}")
+        with self.stream:
+            self.tokens[:T].set(np.asarray(ids, np.int64), stream=self.stream)
+            self.replay(T, all_logits, advance) if graph else self._step(T, all_logits, advance)
+        return self.next_ids[:T]
+
+    def limit_vocab(self, n: int) -> None:
+        """Pick tokens among the first n logits only (a draft and a target whose checkpoints pad their
+        vocabularies differently; the tokenizer's size): the LM head computes n rows. Drops the
+        captured graphs when n changes."""
+        if not 1 <= n <= self.V:
+            raise ValueError(f"vocabulary limit {n} outside 1..{self.V}")
+        if n != self.nv:
+            self.nv = n
+            self.graphs.clear()
+            self.graph_refs.clear()
+
+    def set_sampling(self, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> None:
+        """How the following steps pick tokens: temperature 0 = argmax (greedy), else sampled on the
+        device (kernels/sampling.cu) from the seeded counter-based generator, whose counter restarts
+        at 0 here (same seed, same draws). Graphs are captured per setting."""
+        if temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
+            raise ValueError(f"bad sampling settings: temperature {temperature}, top_k {top_k}, top_p {top_p}")
+        self.sampling = None if temperature == 0 else (1.0 / float(temperature), int(top_k), float(top_p))
+        with self.stream:
+            self.rng.set(np.array([int(seed), 0], np.uint64), stream=self.stream)
+
+    def replay(self, T: int, all_logits: bool = True, advance: bool = True) -> None:
+        """Launch the captured graph for this step shape (capturing it on first use)."""
+        self.graph((T, all_logits, advance, self.sampling), lambda: self._step(T, all_logits, advance),
+                   lambda: self._step(T, all_logits, False))
+
+    def graph(self, key: Any, enqueue: Any, warm: Any, kernel_names: tuple = ()) -> None:
+        """Launch the CUDA graph stored under key; on first use capture enqueue() after one eager
+        warm(), which must leave the decoder's state as it was except for cache entries at and after
+        the position (it loads the kernel modules and lets cuBLAS pick its algorithms), and after
+        loading kernel_names (kernels that enqueue launches but warm does not)."""
+        g = self.graphs.get(key)
+        if g is None:
+            for name in kernel_names:
+                self.k.get(name)
+            with self.stream:
+                warm()
+                self.blas.sync_stream()
+                self.stream.synchronize()
+                self.stream.begin_capture()
+                try:
+                    enqueue()
+                finally:
+                    g = self.stream.end_capture()
+            self.graphs[key] = g
+        g.launch(self.stream)
+
+    def share_stream(self, other: "CudaDecoder") -> None:
+        """Run on other's stream from now on (a draft and its target: the verify step then follows the
+        draft steps in order, with no host synchronisation between them)."""
+        self.stream = other.stream
+
+    def prefill(self, prompt: List[int], chunk: Optional[int] = None) -> int:
+        """Run the prompt from position 0; returns the greedy next token."""
+        self.set_position(0)
+        chunk = chunk or self.max_tokens
+        for s in range(0, len(prompt), chunk):
+            part = prompt[s:s + chunk]
+            self.run(part, all_logits=False, advance=True)
+        self.stream.synchronize()
+        return int(self.tokens[:1].get()[0])
+
+    def decode(self, n: int, sync_every: int = 1) -> List[int]:
+        """Greedy-decode n tokens after prefill by replaying the T=1 graph; the ids are read back
+        every `sync_every` steps (1 = after each token, as a stop-token check would need)."""
+        p0 = int(self.pos.get()[0])
+        if p0 + n > self.max_len:
+            raise ValueError(f"decoding {n} tokens from position {p0} overflows the cache ({self.max_len})")
+        out: List[int] = []
+        for i in range(n):
+            self.replay(1, all_logits=False, advance=True)
+            if (i + 1) % sync_every == 0 or i == n - 1:
+                self.stream.synchronize()
+        self.stream.synchronize()
+        out = [int(t) for t in self.history[p0 + 1:p0 + 1 + n].get()]
+        return out

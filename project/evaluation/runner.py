@@ -1,0 +1,325 @@
+"""Shared benchmark code for GSM8K and LIMO: the run loop and its JSONL results (resume, merge).
+
+One JSONL line per (problem, mode), appended and fsync'ed as soon as that generation finishes, so an
+interrupted run (Ctrl-C or kill) loses at most the generation in progress and `--resume` redoes
+nothing that was finished. Every line carries the run's `config` (models, sampling, gamma, ...):
+resuming into or merging files made with different settings is refused.
+
+The generation itself is injected: `modes` maps a mode name ("spec", "target", "hf_greedy",
+"hf_assisted") to a callable `(prompt_ids, max_new_tokens, seed) -> result` where `result` has
+`.tokens` (new tokens), `.stop_reason` ("stop" | "length") and `.stats` (dict), as
+`minitorch.generation.GenerationResult` does. Tests pass fake generators; the programs pass the engine.
+Problems and prompts: data.py; summary: summary.py; plots: plots.py;
+the command line: cli.py; transformers baselines: hf.py; grading: grading.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .data import BenchmarkError, Problem, Tokenizer, build_prompt
+from .grading import grade
+
+MODE_ORDER = ("spec", "target", "hf_greedy", "hf_assisted")
+# Fields that differ between two runs of the same generation (timing); the rest is reproducible.
+VOLATILE_FIELDS = ("time_s", "tokens_per_s", "stats", "finished_at", "shard")
+
+
+GenerateFn = Callable[[list[int], int, int], Any]  # (prompt_ids, max_new_tokens, seed) -> result
+
+
+# ----------------------------------------------------------------------------- results files
+
+def read_results(path: str | Path, repair: bool = False) -> list[dict[str, Any]]:
+    """Records of a results JSONL file.
+
+    A last line cut off by a kill mid-write is dropped (and, with `repair`, cut from the file so
+    appending continues cleanly); a bad line elsewhere is an error.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    records: list[dict[str, Any]] = []
+    pos = 0
+    lines = data.split(b"\n")
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                # the last line, with no newline after it and our writer's first key: a write cut off
+                # by a kill. Drop it (and cut it from the file with `repair`); anything else is an error.
+                if n == len(lines) and line.startswith(b'{"id": '):
+                    if repair:
+                        with open(path, "r+b") as f:
+                            f.truncate(pos)
+                    break
+                rec = None
+            if not isinstance(rec, dict) or "id" not in rec or "mode" not in rec:
+                raise BenchmarkError(f"{path}:{n}: not a results record; is this a benchmark JSONL file?")
+            records.append(rec)
+        pos += len(line) + 1
+    return records
+
+
+def _json_default(obj: Any) -> Any:
+    """numpy scalars and arrays (engine stats may hold them) -> plain Python values."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(f"cannot write {type(obj).__name__} to JSON")
+
+
+class ResultsWriter:
+    """Appends one JSON line per finished generation and forces it to disk at once."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self._f.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> "ResultsWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_config(records: Iterable[Mapping[str, Any]], config: Mapping[str, Any], where: str) -> None:
+    """Refuse to mix results made with different settings (models, sampling, gamma, max tokens...)."""
+    for rec in records:
+        old = rec.get("config", {})
+        if old != dict(config):
+            diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+            detail = ", ".join(f"{k}: {old.get(k)!r} vs {config.get(k)!r}" for k in diff[:3])
+            raise BenchmarkError(f"{where} was made with different settings ({detail}); "
+                                 "use another --output or matching flags")
+
+
+def mode_key(mode: str) -> tuple[int, str]:
+    """Sort key: the canonical mode order, then other names alphabetically."""
+    return (MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER), mode)
+
+
+def merge_results(inputs: Sequence[str | Path], output: str | Path) -> list[dict[str, Any]]:
+    """Join shard files into one, sorted by (problem index, mode); same settings required."""
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    first_config: dict[str, Any] | None = None
+    for path in inputs:
+        if not Path(path).is_file():
+            raise BenchmarkError(f"results file not found: {path}")
+        recs = read_results(path)
+        if recs and first_config is None:
+            first_config = recs[0].get("config", {})
+        if first_config is not None:
+            check_config(recs, first_config, str(path))
+        for rec in recs:
+            seen.setdefault((rec["id"], rec["mode"]), rec)  # the same generation twice: keep one
+    merged = sorted(seen.values(), key=lambda r: (r.get("index", 0), r["id"], mode_key(r["mode"])))
+    out = Path(output)
+    if out.resolve() in {Path(p).resolve() for p in inputs}:
+        raise BenchmarkError(f"--output {out} is one of the inputs; choose a new file")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for rec in merged:
+            f.write(json.dumps(rec, ensure_ascii=False, default=_json_default) + "\n")
+    os.replace(tmp, out)
+    return merged
+
+
+# ----------------------------------------------------------------------------- the run loop
+
+class RoundLog:
+    """An `on_tokens` callback for speculative_generate: how many tokens each round emitted."""
+
+    def __init__(self) -> None:
+        self.emitted: list[int] = []
+
+    def __call__(self, tokens: Sequence[int]) -> None:
+        self.emitted.append(len(tokens))
+
+
+def round_log_stats(emitted: Sequence[int], gamma: int, max_new_tokens: int, adaptive: bool) -> dict[str, list[int]]:
+    """Per-round log from the emitted counts: `round_emitted`, and with a fixed gamma also
+    `round_drafted` (the engine drafts min(gamma, tokens left - 1)) and `round_accepted` (emitted - 1;
+    only a final round cut by a stop token inside the drafts can be off, by one)."""
+    out: dict[str, list[int]] = {"round_emitted": list(emitted)}
+    if adaptive:
+        return out
+    drafted, accepted = [], []
+    pos = 0
+    for e in emitted:
+        d = max(0, min(gamma, max_new_tokens - pos - 1))
+        drafted.append(d)
+        accepted.append(max(0, min(e - 1, d)))
+        pos += e
+    out["round_drafted"], out["round_accepted"] = drafted, accepted
+    return out
+
+
+def thirds_counts(stats: Mapping[str, Any]) -> list[list[int]] | None:
+    """[accepted, drafted] in the early, middle and late third of the output, from the per-round log.
+
+    Needs `stats["round_drafted"]` and `stats["round_accepted"]` (one entry per verification, in
+    order) and uses `round_emitted` for positions when present; None when the log is absent.
+    """
+    drafted, accepted = stats.get("round_drafted"), stats.get("round_accepted")
+    if not drafted or accepted is None or len(drafted) != len(accepted):
+        return None
+    emitted = stats.get("round_emitted")
+    if not emitted or len(emitted) != len(drafted):
+        emitted = [a + 1 for a in accepted]  # each round emits its accepted drafts plus one target token
+    total = sum(emitted)
+    sums = [[0, 0], [0, 0], [0, 0]]
+    pos = 0
+    for d, a, e in zip(drafted, accepted, emitted):
+        third = min(2, 3 * pos // max(total, 1))
+        sums[third][0] += a
+        sums[third][1] += d
+        pos += e
+    return sums
+
+
+def output_thirds(stats: Mapping[str, Any]) -> list[float | None] | None:
+    """Acceptance (accepted / drafted) in the early, middle and late third of the output, or None."""
+    sums = thirds_counts(stats)
+    return None if sums is None else [a / d if d else None for a, d in sums]
+
+
+def make_record(problem: Problem, mode: str, prompt: str, prompt_ids: Sequence[int], result: Any,
+                text: str, seconds: float, config: Mapping[str, Any], shard: str) -> dict[str, Any]:
+    """One JSONL line: what was asked, what came back, the grade, the timing and the acceptance."""
+    tokens = list(result.tokens)
+    stats = dict(getattr(result, "stats", None) or {})
+    graded = grade(text, problem.gold)
+    speculative = "drafted" in stats
+    n = len(tokens)
+    return {
+        "id": problem.id,
+        "index": problem.index,
+        "mode": mode,
+        "prompt": prompt,
+        "prompt_tokens": len(prompt_ids),
+        "generated_tokens": n,
+        "text": text,
+        "gold": problem.gold,
+        "extracted": graded["extracted"],
+        "extraction": graded["extraction"],
+        "correct": graded["correct"],
+        "stop_reason": result.stop_reason,
+        "truncated": result.stop_reason == "length",
+        "time_s": seconds,
+        "tokens_per_s": n / seconds if seconds > 0 else 0.0,
+        "alpha": stats.get("alpha") if speculative else None,
+        "tau": stats.get("tau") if speculative else None,
+        "per_position_acceptance": stats.get("per_position_acceptance") if speculative else None,
+        "output_acceptance": output_thirds(stats) if speculative else None,
+        "predicted_speedup": stats.get("predicted_speedup") if speculative else None,
+        "stats": stats,
+        "config": dict(config),
+        "shard": shard,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+@dataclass
+class RunOutcome:
+    """What a run did: records written now, records found from before, and whether it was cut short."""
+
+    new: list[dict[str, Any]]
+    previous: list[dict[str, Any]]
+    interrupted: bool = False
+
+
+def _postfix(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The progress bar's running numbers: accuracy per mode, alpha and tokens/s of the spec mode."""
+    out: dict[str, str] = {}
+    for mode in sorted({r["mode"] for r in records}, key=mode_key):
+        rs = [r for r in records if r["mode"] == mode]
+        out[f"acc_{mode}"] = f"{sum(r['correct'] for r in rs) / len(rs):.2f}"
+        tps = sum(r["generated_tokens"] for r in rs) / max(sum(r["time_s"] for r in rs), 1e-9)
+        out[f"tok/s_{mode}"] = f"{tps:.1f}"
+    spec = [r for r in records if r["mode"] == "spec" and r.get("stats")]
+    drafted = sum(r["stats"].get("drafted", 0) for r in spec)
+    if drafted:
+        out["alpha"] = f"{sum(r['stats'].get('accepted', 0) for r in spec) / drafted:.2f}"
+    return out
+
+
+def run_benchmark(problems: Sequence[Problem], modes: Mapping[str, GenerateFn], tokenizer: Tokenizer,
+                  output: str | Path, config: Mapping[str, Any], max_new_tokens: int, *,
+                  resume: bool = False, seed: int = 0, system_prompt: str | None = None,
+                  shard: str = "0/1", progress: bool = True) -> RunOutcome:
+    """Run every (problem, mode) not yet in `output`, appending one record as each finishes.
+
+    `config` describes the settings (it is stored on every line and checked on resume). Problem
+    `index` offsets `seed`, so a sharded run samples exactly what one run would. A KeyboardInterrupt
+    stops the loop after the finished generations were written; the outcome says it was interrupted.
+    """
+    if max_new_tokens < 1:
+        raise BenchmarkError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+    unknown = [m for m in modes if not callable(modes[m])]
+    if unknown:
+        raise BenchmarkError(f"mode {unknown[0]!r} has no generator")
+    output = Path(output)
+    previous = read_results(output, repair=resume)
+    if previous and not resume:
+        raise BenchmarkError(f"{output} already has {len(previous)} results; pass --resume to continue it "
+                             "or choose another --output")
+    check_config(previous, config, str(output))
+    done = {(r["id"], r["mode"]) for r in previous}
+    order = sorted(modes, key=mode_key)
+    todo = [(p, m) for p in problems for m in order if (p.id, m) not in done]
+    ids = {p.id for p in problems}
+    shown = [r for r in previous if r["id"] in ids and r["mode"] in modes]
+    outcome = RunOutcome(new=[], previous=previous)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(problems) * len(order), initial=len(problems) * len(order) - len(todo),
+                   desc=str(config.get("dataset", "bench")), unit="gen", dynamic_ncols=True)
+        if shown:
+            bar.set_postfix(_postfix(shown))
+    prompts: dict[str, tuple[str, list[int]]] = {}
+    try:
+        with ResultsWriter(output) as writer:
+            for problem, mode in todo:
+                if problem.id not in prompts:
+                    prompt = build_prompt(tokenizer, problem.question, system_prompt)
+                    prompts[problem.id] = (prompt, list(tokenizer.encode(prompt)))
+                prompt, prompt_ids = prompts[problem.id]
+                t0 = time.perf_counter()
+                try:
+                    result = modes[mode](list(prompt_ids), max_new_tokens, seed + problem.index)
+                except ValueError as e:  # e.g. prompt + max_new_tokens longer than the model's context
+                    raise BenchmarkError(f"problem {problem.id} ({mode}): {e}") from None
+                seconds = time.perf_counter() - t0
+                text = tokenizer.decode(list(result.tokens))
+                rec = make_record(problem, mode, prompt, prompt_ids, result, text, seconds, config, shard)
+                writer.write(rec)
+                outcome.new.append(rec)
+                shown.append(rec)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(_postfix(shown))
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+    finally:
+        if bar is not None:
+            bar.close()
+    return outcome

@@ -1,0 +1,212 @@
+"""Benchmark summary: accuracy, throughput, speedup with a bootstrap interval, acceptance; table, JSON, plots.
+
+Definitions used here:
+- tokens/s of one generation = generated tokens / wall seconds of the generation call (prefill included).
+- speedup of mode A over mode B = aggregate throughput ratio over the problems both ran,
+  (sum tokens_A / sum seconds_A) / (sum tokens_B / sum seconds_B); its 95% interval is a percentile
+  bootstrap over problems (pairs resampled together). The per-problem ratio is plotted too.
+- alpha = sum accepted / sum drafted over all problems; tau = sum new tokens / sum target forwards.
+- acceptance by draft position i = sum accepted_i / sum judged_i (a position is judged when every
+  earlier draft in its round was accepted); by output position: alpha in the early / middle / late
+  third of each output, pooled over problems.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .runner import mode_key, thirds_counts
+
+from minitorch.generation.stats import cost_model_speedup
+
+COMPARISONS = (("spec", "target"), ("hf_assisted", "hf_greedy"), ("spec", "hf_greedy"), ("target", "hf_greedy"))
+THIRDS = ("early", "middle", "late")
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def _mode_summary(rs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Accuracy, speed and (for speculative modes) acceptance of one mode's records."""
+    tps = [r["tokens_per_s"] for r in rs]
+    lat = [r["time_s"] for r in rs]
+    toks = sum(r["generated_tokens"] for r in rs)
+    secs = sum(lat)
+    extraction: dict[str, int] = {}
+    for r in rs:
+        extraction[r["extraction"]] = extraction.get(r["extraction"], 0) + 1
+    out: dict[str, Any] = {
+        "n": len(rs),
+        "correct": sum(bool(r["correct"]) for r in rs),
+        "accuracy": sum(bool(r["correct"]) for r in rs) / len(rs),
+        "truncated": sum(bool(r["truncated"]) for r in rs),
+        "extraction": extraction,
+        "mean_tokens_per_s": statistics.fmean(tps),
+        "median_tokens_per_s": statistics.median(tps),
+        "aggregate_tokens_per_s": _ratio(toks, secs),
+        "mean_latency_s": statistics.fmean(lat),
+        "median_latency_s": statistics.median(lat),
+        "mean_generated_tokens": toks / len(rs),
+    }
+    spec = [r for r in rs if r.get("alpha") is not None]
+    if spec:
+        st = [r.get("stats") or {} for r in spec]
+        drafted = sum(s.get("drafted", 0) for s in st)
+        out["alpha"] = _ratio(sum(s.get("accepted", 0) for s in st), drafted)
+        forwards = sum(s.get("target_forwards", 0) for s in st)
+        out["tau"] = _ratio(sum(s.get("new_tokens", r["generated_tokens"]) for s, r in zip(st, spec)), forwards)
+        taus = [r["tau"] for r in spec if r.get("tau") is not None]
+        if out["tau"] is None and taus:  # no forward counts recorded: mean of the per-problem values
+            out["tau"] = statistics.fmean(taus)
+        out["per_position_acceptance"] = _pool_positions(spec)
+        out["output_acceptance"] = _pool_thirds(spec)
+        pred = [r["predicted_speedup"] for r in spec if r.get("predicted_speedup") is not None]
+        out["predicted_speedup"] = statistics.fmean(pred) if pred else None
+    return out
+
+
+def _pool_positions(rs: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Per-draft-position acceptance pooled over problems (weighted by judged counts when known)."""
+    acc: list[float] = []
+    judged: list[float] = []
+    for r in rs:
+        rates = r.get("per_position_acceptance") or []
+        weights = (r.get("stats") or {}).get("per_position_judged") or [1] * len(rates)
+        for i, (p, w) in enumerate(zip(rates, weights)):
+            while len(acc) <= i:
+                acc.append(0.0)
+                judged.append(0.0)
+            acc[i] += p * w
+            judged[i] += w
+    return [a / j if j else 0.0 for a, j in zip(acc, judged)]
+
+
+def _pool_thirds(rs: Sequence[Mapping[str, Any]]) -> dict[str, float | None] | None:
+    """Early / middle / late acceptance pooled over problems from the per-round logs (None if absent)."""
+    sums = {t: [0, 0] for t in THIRDS}
+    seen = False
+    for r in rs:
+        counts = thirds_counts(r.get("stats") or {})
+        if counts is None:
+            continue
+        seen = True
+        for t, (a, d) in zip(THIRDS, counts):
+            sums[t][0] += a
+            sums[t][1] += d
+    if not seen:
+        return None
+    return {t: _ratio(a, d) for t, (a, d) in sums.items()}
+
+
+def _pairs(records: Sequence[Mapping[str, Any]], fast: str, base: str) -> list[tuple[Mapping, Mapping]]:
+    by_id = {(r["id"], r["mode"]): r for r in records}
+    ids = sorted({r["id"] for r in records if r["mode"] == fast and (r["id"], base) in by_id},
+                 key=lambda i: by_id[(i, fast)].get("index", 0))
+    return [(by_id[(i, fast)], by_id[(i, base)]) for i in ids]
+
+
+def bootstrap_speedup(tok_f: np.ndarray, sec_f: np.ndarray, tok_b: np.ndarray, sec_b: np.ndarray,
+                      n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Aggregate throughput ratio fast/base and its 95% percentile-bootstrap interval (pairs resampled)."""
+    def ratio(idx: np.ndarray) -> np.ndarray:
+        return (tok_f[idx].sum(-1) / sec_f[idx].sum(-1)) / (tok_b[idx].sum(-1) / sec_b[idx].sum(-1))
+
+    n = len(tok_f)
+    point = float(ratio(np.arange(n)))
+    rng = np.random.default_rng(seed)
+    samples = ratio(rng.integers(0, n, size=(n_boot, n)))  # (n_boot,)
+    lo, hi = np.percentile(samples, [2.5, 97.5])
+    return point, float(lo), float(hi)
+
+
+def _comparison(records: Sequence[Mapping[str, Any]], fast: str, base: str,
+                n_boot: int, seed: int) -> dict[str, Any] | None:
+    pairs = _pairs(records, fast, base)
+    if not pairs:
+        return None
+    tok_f = np.array([f["generated_tokens"] for f, _ in pairs], dtype=float)
+    sec_f = np.array([max(f["time_s"], 1e-12) for f, _ in pairs])
+    tok_b = np.array([b["generated_tokens"] for _, b in pairs], dtype=float)
+    sec_b = np.array([max(b["time_s"], 1e-12) for _, b in pairs])
+    if tok_f.sum() == 0 or tok_b.sum() == 0:
+        return None
+    point, lo, hi = bootstrap_speedup(tok_f, sec_f, tok_b, sec_b, n_boot, seed)
+    per_problem = [f["tokens_per_s"] / b["tokens_per_s"] for f, b in pairs if b["tokens_per_s"] > 0]
+    predicted = [f.get("predicted_speedup") for f, _ in pairs]
+    cost_model = [cost_model_speedup(f.get("stats") or {}, b.get("stats") or {}) for f, b in pairs]
+    cost_model = [c for c in cost_model if c is not None]
+    return {
+        "fast": fast, "base": base, "n_pairs": len(pairs),
+        "speedup": point, "ci95": [lo, hi],
+        "median_per_problem": statistics.median(per_problem) if per_problem else None,
+        "per_problem": per_problem,
+        "predicted_per_problem": predicted,
+        "predicted_mean": statistics.fmean(p for p in predicted if p is not None)
+        if any(p is not None for p in predicted) else None,
+        "cost_model_mean": statistics.fmean(cost_model) if cost_model else None,
+        "identical_outputs": sum(f["text"] == b["text"] for f, b in pairs),
+        "same_grade": sum(f["correct"] == b["correct"] for f, b in pairs),
+    }
+
+
+def summarize(records: Sequence[Mapping[str, Any]], n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """The summary dict (written as JSON) of a list of result records."""
+    if not records:
+        raise ValueError("no results to summarize")
+    modes = sorted({r["mode"] for r in records}, key=mode_key)
+    summary: dict[str, Any] = {
+        "n_problems": len({r["id"] for r in records}),
+        "config": records[0].get("config", {}),
+        "modes": {m: _mode_summary([r for r in records if r["mode"] == m]) for m in modes},
+        "comparisons": [],
+    }
+    for fast, base in COMPARISONS:
+        if fast in modes and base in modes:
+            comp = _comparison(records, fast, base, n_boot, seed)
+            if comp is not None:
+                summary["comparisons"].append(comp)
+    return summary
+
+
+def _fmt(x: Any, spec: str = ".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def format_table(summary: Mapping[str, Any]) -> str:
+    """A fixed-width text table of the summary (one row per mode, then the speedups)."""
+    head = f"{'mode':<12}{'n':>5}{'acc':>7}{'trunc':>6}{'mean tok/s':>11}{'med tok/s':>10}" \
+           f"{'mean lat s':>11}{'alpha':>7}{'tau':>6}"
+    lines = [head, "-" * len(head)]
+    for mode, m in summary["modes"].items():
+        lines.append(f"{mode:<12}{m['n']:>5}{m['accuracy']:>7.3f}{m['truncated']:>6}"
+                     f"{m['mean_tokens_per_s']:>11.2f}{m['median_tokens_per_s']:>10.2f}"
+                     f"{m['mean_latency_s']:>11.4g}{_fmt(m.get('alpha')):>7}{_fmt(m.get('tau')):>6}")
+    for c in summary["comparisons"]:
+        lo, hi = c["ci95"]
+        lines.append(f"speedup {c['fast']} / {c['base']}: {c['speedup']:.2f}x (95% CI {lo:.2f}-{hi:.2f}, "
+                     f"{c['n_pairs']} problems; median per problem {_fmt(c['median_per_problem'])}x; "
+                     f"predicted {_fmt(c['predicted_mean'])}x, cost model with measured forwards "
+                     f"{_fmt(c.get('cost_model_mean'))}x); identical outputs "
+                     f"{c['identical_outputs']}/{c['n_pairs']}, same grade {c['same_grade']}/{c['n_pairs']}")
+    for mode, m in summary["modes"].items():
+        if m.get("per_position_acceptance"):
+            pos = " ".join(f"{p:.2f}" for p in m["per_position_acceptance"])
+            line = f"{mode} acceptance by draft position: {pos}"
+            thirds = m.get("output_acceptance")
+            if thirds:
+                line += "; by output position " + " ".join(f"{t} {_fmt(thirds[t])}" for t in THIRDS)
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def write_summary(summary: Mapping[str, Any], path: str | Path) -> Path:
+    """Write the summary as indented JSON."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return path

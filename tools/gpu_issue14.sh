@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Issue 14 device calls (run from the repository root on the GPU machine; logs under $OUT).
+#   bash tools/gpu_issue14.sh diag   random weights: build old (.snap/base) and new kernels, GPU tests,
+#                                      A/B of the long cache (tools/ab_long_cache.py), R1 --spec cost model
+#   bash tools/gpu_issue14.sh real   real offline pair (after .stage/assemble.sh join): bench --model,
+#                                      benchmarks (greedy, sampled), demo
+set -u
+OUT="${OUT:-/tmp/gpu14}"; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+T0=$(date +%s)
+log() { echo "=== $(date -u +%H:%M:%S) t=$(( $(date +%s) - T0 ))s $*"; }
+left() { echo $(( ${LIMIT:-570} - ($(date +%s) - T0) )); }
+run() {  # run NAME TIMEOUT CMD...: log to $OUT/NAME.log, print its tail
+  local name=$1 t=$2; shift 2
+  local l; l=$(left)
+  if [ "$l" -lt 20 ]; then log "$name skipped (time)"; return; fi
+  [ "$t" -gt "$l" ] && t=$l
+  log "$name (timeout ${t}s): $*"
+  timeout "$t" "$@" > "$OUT/$name.log" 2>&1; echo "rc=$?" >> "$OUT/$name.log"
+  grep -E "${PAT:-tokens/sec|speedup|passed|failed|error|Error|rc=|tree|cost model|engine|decode step}" "$OUT/$name.log" | cut -c1-260 | tail -${TAILN:-14}
+}
+case "${1:-diag}" in
+diag)
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  log build
+  (./compile_cuda.sh > "$OUT/build_new.log" 2>&1; echo "new rc=$?") &
+  (cd .snap/base && ./compile_cuda.sh > "$OUT/build_base.log" 2>&1; echo "base rc=$?") &
+  wait
+  run tests 170 python3 -m pytest -q -x -m gpu tests/test_cuda_long_cache.py tests/test_cuda_attention.py \
+      tests/test_cuda_model.py -k "long_cache or attention or exact or variants or greedy_speculative"
+  PAT='tree' TAILN=12 run ab_new 100 env PYTHONPATH=. python3 tools/ab_long_cache.py new
+  PAT='tree' TAILN=12 run ab_base 100 env PYTHONPATH=.snap/base python3 tools/ab_long_cache.py base
+  run spec_r1_exact 120 python3 project/bench/throughput.py --spec --gemv ours --gammas 2 3 4 5 6 --json "$OUT/spec_r1_exact.json"
+  run spec_r1_fast 100 python3 project/bench/throughput.py --spec --gemv ours1 --gammas 2 3 4 5 6 --json "$OUT/spec_r1_fast.json"
+  ;;
+rs)  # the verify GEMVs' reduce-scatter: bits, a deliberately broken order, A/B against -DGEMV_RS=0
+  G="-gencode=arch=compute_90,code=sm_90"
+  mkdir -p /tmp/v_rs0 /tmp/v_broken
+  log build
+  (./compile_cuda.sh > "$OUT/build_new.log" 2>&1; echo "new rc=$?") &
+  (nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -DGEMV_RS=0 -o /tmp/v_rs0/gemv.fatbin kernels/gemv.cu; echo "rs0 rc=$?") &
+  (nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -DGEMV_RS_BROKEN=1 -o /tmp/v_broken/gemv.fatbin kernels/gemv.cu; echo "broken rc=$?") &
+  wait
+  for d in /tmp/v_rs0 /tmp/v_broken; do for f in minitorch/cuda_kernels/*.fatbin; do [ "$(basename $f)" = gemv.fatbin ] || cp $f $d/; done; done
+  PAT='passed|failed|rc=' run tests 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cuda_gemv_tokens.py \
+      tests/test_cuda_long_cache.py tests/test_cuda_pdl.py tests/test_cuda_model.py tests/test_cuda_attention.py \
+      -k "gemv or long_cache or pdl or exact or variants or greedy_speculative"
+  PAT='shape' run ab_new1 40 env PYTHONPATH=. python3 tools/ab_variants.py short
+  PAT='shape' run ab_rs0 40 env PYTHONPATH=. MINITORCH_CUDA_BUILD_DIR=/tmp/v_rs0 python3 tools/ab_variants.py short
+  PAT='shape' run ab_new2 40 env PYTHONPATH=. python3 tools/ab_variants.py short
+  PAT='passed|failed|rc=' run broken 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_broken python3 -m pytest -q -m gpu \
+      -p no:cacheprovider tests/test_cuda_gemv_tokens.py tests/test_cuda_model.py -k "gemv or exact_mode"
+  PAT='cost model|verify step|rc=' run spec_r1_exact 60 python3 project/bench/throughput.py --spec --gemv ours --gammas 2 3 4 5
+  ;;
+real)  # after `.stage/assemble.sh join`; the wheels (gguf, math-verify) carried in .whl
+  export MINITORCH_SPEC_CACHE=/root/cache
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+  [ -f minitorch/cuda_kernels/attention.fatbin ] || ./compile_cuda.sh > /dev/null 2>&1
+  L=/tmp/gpu14logs; mkdir -p $L
+  T=qwen2.5-coder-1.5b-instruct; D=qwen2.5-coder-0.5b-instruct
+  B="--limit 20 --backend cuda --no-plots --no-progress"
+  PAT='tokens/sec|Bandwidth|decode step|rc=|Error|error' OUT=$L run bench_target 150 python3 project/bench/throughput.py --model $T --engine --max-len 32768 --json $L/bench_target.json
+  PAT='speedup|accuracy|alpha|tok/s|tokens/s|identical|same|rc=|Error|error' TAILN=25 OUT=$L run gsm8k 150 python3 project/benchmark_gsm8k.py $B -o $L/gsm8k.jsonl
+  PAT='speedup|accuracy|alpha|tok/s|tokens/s|identical|same|rc=|Error|error' TAILN=25 OUT=$L run math500 170 python3 project/benchmark_limo.py --dataset math500 $B -o $L/math500.jsonl
+  PAT='speedup|accuracy|alpha|tok/s|tokens/s|identical|same|rc=|Error|error' TAILN=25 OUT=$L run gsm8k_t06 150 python3 project/benchmark_gsm8k.py $B --temperature 0.6 --top-p 0.95 -o $L/gsm8k_t06.jsonl
+  PAT='.' TAILN=30 OUT=$L run demo 90 python3 project/run_spec_decoding.py --backend cuda
+  PAT='tokens/sec|Bandwidth|decode step|rc=|Error|error' OUT=$L run bench_draft 90 python3 project/bench/throughput.py --model $D --engine --max-len 32768 --json $L/bench_draft.json
+  PAT='speedup|accuracy|alpha|tok/s|tokens/s|identical|same|rc=|Error|error' TAILN=25 OUT=$L run gsm8k_fast 150 python3 project/benchmark_gsm8k.py $B --fast-verify -o $L/gsm8k_fast.jsonl
+  tar czf "$OUT/real_logs.tgz" -C /tmp gpu14logs
+  ;;
+esac
+log done
