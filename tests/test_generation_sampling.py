@@ -75,15 +75,40 @@ def test_top_p_on_a_large_vocabulary_matches_transformers(top_p, scale):
     np.testing.assert_allclose(logits_to_probs(row, cfg), _hf_probs(row, 1.0, 0, top_p), atol=1e-9)
 
 
-def test_sample_frequencies_match_probs():
-    # 40,000 draws from a known 5-way distribution: each frequency within 5 standard errors
-    probs = np.array([0.5, 0.0, 0.3, 0.15, 0.05])
+FREQ_PROBS = np.array([0.5, 0.0, 0.3, 0.15, 0.05])
+
+
+def _check_sample_frequencies(sampler) -> None:
+    """40,000 draws from a known 5-way distribution: each frequency within 5 standard errors. For a correct
+    sampler a cell leaves that band with probability 5.7e-7 (normal two-sided tail; binomial counts of
+    >= 2,000 expected), so the 4 cells fail together with p < 2.3e-6; the seed is fixed, so the outcome is
+    deterministic."""
+    probs = FREQ_PROBS
     rng = np.random.default_rng(123)
     n = 40_000
-    counts = np.bincount([sample(probs, rng) for _ in range(n)], minlength=5)
+    counts = np.bincount([sampler(probs, rng) for _ in range(n)], minlength=5)
     assert counts[1] == 0
     se = np.sqrt(probs * (1 - probs) / n)
     assert np.all(np.abs(counts / n - probs) <= 5 * se + 1e-12)
+
+
+def test_sample_frequencies_match_probs():
+    _check_sample_frequencies(sample)
+
+
+@pytest.mark.parametrize("bug", ["temperature-slip", "off-by-one", "zero-prob-drawn"])
+def test_broken_samplers_fail_the_frequency_check(bug):
+    """A sampler that sharpens the distribution (probs ** 1.11: a temperature of 0.9 applied twice), one
+    that returns the token after the drawn one, and one that returns a zero-probability token once in a
+    thousand draws (a float edge case without the skip) all fail."""
+    def broken(probs, rng):
+        if bug == "temperature-slip":
+            return sample(probs ** (1 / 0.9) / (probs ** (1 / 0.9)).sum(), rng)
+        if bug == "off-by-one":
+            return min(sample(probs, rng) + 1, probs.shape[0] - 1)
+        return sample(probs, rng) if rng.random() < 0.999 else 1
+    with pytest.raises(AssertionError):
+        _check_sample_frequencies(broken)
 
 
 def test_same_seed_same_tokens():
