@@ -105,17 +105,27 @@ def check_probabilities(case, V, kind, C):
         np.testing.assert_allclose(probs[i], ref, rtol=2e-4, atol=1e-7)
 
 
-@pytest.mark.parametrize("case", [dict(temperature=1.0), dict(temperature=0.8, top_k=6),
-                                  dict(temperature=1.2, top_p=0.7)], ids=["t1", "topk6", "topp0.7"])
+def draws_inputs(C: int) -> tuple[np.ndarray, int]:
+    """(logits (1, V), number of draws) of the draws test; its chi-square is shown on the CPU to reject
+    draws from slightly wrong distributions (tests/test_sampling_power.py)."""
+    V, N = 16 if C == 1 else 3000, 40_000  # a cluster splits a row of 3000 across its 16 blocks
+    logits = np.random.default_rng(3).standard_normal((1, V)).astype(np.float32) * 1.5
+    if C > 1:
+        logits[0, V // 2:] -= 6.0  # most mass in the first half, the rest spread over the other blocks
+    return logits, N
+
+
+DRAW_CASES = [dict(temperature=1.0), dict(temperature=0.8, top_k=6), dict(temperature=1.2, top_p=0.7)]
+
+
+@pytest.mark.parametrize("case", DRAW_CASES, ids=["t1", "topk6", "topp0.7"])
 @pytest.mark.parametrize("C", [1, 16], ids=["1-block", "cluster-16"])
 def test_draws_follow_the_probabilities(case, C):
     if C not in clusters():
         pytest.skip("no thread-block clusters on this device")
     cfg = SamplingConfig(**case)
-    V, N = 16 if C == 1 else 3000, 40_000  # a cluster splits a row of 3000 across its 16 blocks
-    logits = np.random.default_rng(3).standard_normal((1, V)).astype(np.float32) * 1.5
-    if C > 1:
-        logits[0, V // 2:] -= 6.0  # most mass in the first half, the rest spread over the other blocks
+    logits, N = draws_inputs(C)
+    V = logits.shape[1]
     ref = logits_to_probs(logits[0], cfg)
     probs, ids = launch_sample(logits, cfg, rows=N, draw=True, seed=11, ld=0, C=C)  # every row the same logits
     assert ids.min() >= 0 and ids.max() < V

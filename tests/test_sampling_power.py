@@ -58,3 +58,47 @@ def test_broken_rules_fail_the_device_check(name, point_mass):
     p, q, drafts = acceptance_inputs(point_mass, 1)
     with pytest.raises(AssertionError):
         check_acceptance(simulate(RULES[name], p, q, drafts), p, q, drafts)
+
+
+# ---- the draws test (sample_f32): its chi-square against slightly wrong distributions ------------------------
+def _wrong_cfgs(case: dict) -> dict:
+    """Realistic slips for a case: temperature applied as 0.9x, top-k one too many, top-p keeping a token too many."""
+    out = {"temperature-0.9x": dict(case, temperature=case["temperature"] * 0.9)}
+    if case.get("top_k"):
+        out["top-k+1"] = dict(case, top_k=case["top_k"] + 1)
+    if case.get("top_p", 1.0) < 1.0:
+        out["top-p-one-more"] = None  # built from the reference below
+    return out
+
+
+@pytest.mark.parametrize("C", [1, 16], ids=["1-block", "cluster-16"])
+@pytest.mark.parametrize("k", range(3), ids=["t1", "topk6", "topp0.7"])
+def test_draws_check_rejects_slightly_wrong_samplers(k, C):
+    from minitorch.generation import logits_to_probs
+    from test_cuda_sampling import DRAW_CASES, SIG, chi2_pvalue, draws_inputs
+
+    case = DRAW_CASES[k]
+    logits, N = draws_inputs(C)
+    V = logits.shape[1]
+    ref = logits_to_probs(logits[0], SamplingConfig(**case))
+    rng = np.random.default_rng(11)
+    right = np.bincount(rng.choice(V, size=N, p=ref), minlength=V)
+    assert chi2_pvalue(right, ref) > SIG
+    for name, wrong_case in _wrong_cfgs(case).items():
+        if wrong_case is None:  # the nucleus plus the next most likely token
+            kept = np.flatnonzero(ref > 0)
+            extra = np.argsort(-np.where(ref > 0, -np.inf, logits[0]))[0]
+            wrong = np.zeros(V)
+            full = logits_to_probs(logits[0], SamplingConfig(temperature=case["temperature"]))
+            wrong[kept], wrong[extra] = full[kept], full[extra]
+            wrong /= wrong.sum()
+        else:
+            wrong = logits_to_probs(logits[0], SamplingConfig(**wrong_case))
+        if np.allclose(wrong, ref, atol=1e-12):  # harmless here (a nucleus of one token at either temperature)
+            continue
+        counts = np.bincount(rng.choice(V, size=N, p=wrong), minlength=V)
+        try:
+            pval = chi2_pvalue(counts, ref)
+        except AssertionError:  # drew a token of probability 0: the device test fails as well
+            pval = 0.0
+        assert pval < SIG, (name, pval)
