@@ -6,7 +6,10 @@ where every product is stored in bf16 before the next kernel reads it): the norm
 projection (xn), the q/k/v products and the q/k/v after bias and rope (KV cache), the attention output, the
 o and down products (the bf16 delta added to the fp32 residual), gate and up products and their SwiGLU
 product. The residual stream, attention scores and softmax and the logits stay in fp32 / float64 as on the
-device. With round=None it is the plain float64 model (the reference).
+device. With round=None it is the plain float64 model (the reference). products=False leaves the products
+unrounded (our GEMV's path: bias, rope and SwiGLU applied in fp32 before the one rounding of the output; the
+o and down products added to the residual in fp32). The dict also returns layer 0's K cache (k0, (T, Hkv, D))
+and its accumulation magnitudes (k0_acc: |xn| @ |W_k|^T + |bias|, summed over each rope pair).
 
 `bugs`: "down_scale" multiplies the last layer's down projection by 1.05; "no_k_bias" drops the k-projection
 bias of every layer: the two model bugs a GPU tolerance must not hide (issue #16).
