@@ -305,6 +305,44 @@ def test_cut_off_last_line_is_repaired_on_resume(tmp_path, data_file):
     assert [json.loads(line)["index"] for line in out.read_text().splitlines()] == [0, 0, 1, 1]
 
 
+def _check_resume_after_one_mode(tmp_path, data_file):
+    out = tmp_path / "r.jsonl"
+    args = ["--data-file", str(data_file), "--limit", "3", "-o", str(out), "--no-plots"]
+    assert run(args, FakeEngine()) == 0
+    clean = read_results(out)
+    lines = out.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[:3]))  # problem 1 both modes, problem 2 spec only
+    finish = FakeEngine()
+    assert run(args + ["--resume"], finish) == 0
+    q = [p["question"] for p in PROBLEMS]
+    assert finish.calls == [(q[1], "target"), (q[2], "spec"), (q[2], "target")]
+    got = read_results(out)
+    assert sorted((r["index"], r["mode"]) for r in got) == sorted((r["index"], r["mode"]) for r in clean)
+    key = lambda r: (r["index"], r["mode"])  # noqa: E731
+    assert strip_volatile(sorted(got, key=key)) == strip_volatile(sorted(clean, key=key))
+
+
+def test_resume_after_one_mode_of_a_problem_runs_only_the_other(tmp_path, data_file):
+    """Killed between the two modes of problem 2: resume runs problem 2's target mode and problem 3, and the
+    file then equals a clean run's (volatile fields aside), each (problem, mode) once."""
+    _check_resume_after_one_mode(tmp_path, data_file)
+
+
+def test_resume_check_catches_problems_counted_done_by_id(tmp_path, data_file, monkeypatch):
+    """A resume that counts a problem done once any of its modes is recorded fails the check above."""
+    from evaluation import runner as evaluation
+
+    real = evaluation.read_results
+
+    def by_id(path, repair=False):
+        recs = real(path, repair=repair)
+        return recs + [dict(r, mode=m) for r in recs for m in ("spec", "target") if m != r["mode"]]
+
+    monkeypatch.setattr(evaluation, "read_results", by_id)
+    with pytest.raises(AssertionError):
+        _check_resume_after_one_mode(tmp_path, data_file)
+
+
 def test_foreign_file_as_output_is_refused_not_truncated(tmp_path, data_file, capsys):
     foreign = tmp_path / "data.jsonl"
     foreign.write_text('{"question": "q", "answer": "1"}')  # no trailing newline, like math500.jsonl

@@ -211,18 +211,53 @@ def test_skinny_matmul_takes_kernel_for_linear_and_writes_strided_out(monkeypatc
         np.testing.assert_allclose(np_of(out), x[0] @ w.T, rtol=1e-5, atol=1e-4)
 
 
-def test_skinny_matmul_propagates_inf_nan_and_row_rules(monkeypatch):
+def ieee_matmul_nt(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x @ w.T by its definition, sum_k x[t, k] * w[n, k] in float64, no BLAS: IEEE propagation of inf/nan
+    (nan in -> nan; inf * 0 -> nan; inf + -inf -> nan; else +-inf). numpy's `x @ w.T` is no reference for
+    this: OpenBLAS kernels may turn an inf row into nan depending on their path (a flaky test here)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (x.astype(np.float64)[:, None, :] * w.astype(np.float64)[None, :, :]).sum(-1)
+
+
+def _check_skinny_inf_nan(skinny) -> None:
+    x = np.ones((4, 5), np.float32)
+    x[0, 1], x[1, 2], x[2, 0], x[2, 3] = np.inf, np.nan, np.inf, -np.inf
+    w = np.ones((7, 5), np.float32)
+    w[3, 1] = 0.0  # inf * 0 = nan in out[0, 3]
+    w[5, 1] = -1.0  # row 0 against w[5]: -inf
+    x[3] = np.arange(5, dtype=np.float32)  # a finite row stays finite
+    out = np.empty((4, 7), np.float32)
+    skinny(x, w.T, out)
+    ref = ieee_matmul_nt(x, w)
+    assert np.isnan(ref[0, 3]) and ref[0, 5] == -np.inf and np.isnan(ref[1]).all() and np.isnan(ref[2]).all()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_array_equal(out[~np.isnan(ref)], ref[~np.isnan(ref)].astype(np.float32))
+
+
+def test_skinny_matmul_propagates_inf_nan_and_row_rules():
     from minitorch.cpu import matmul as fm
-    x = np.ones((3, 4), np.float32)
-    x[0, 1], x[1, 2] = np.inf, np.nan
-    w = np.ones((6, 4), np.float32)
-    out = np.empty((3, 6), np.float32)
-    fm.skinny_matmul(x, w.T, out)
-    np.testing.assert_array_equal(out, x @ w.T)
+    _check_skinny_inf_nan(fm.skinny_matmul)
+    x, w = np.ones((3, 4), np.float32), np.ones((6, 4), np.float32)
     assert not fm.use_skinny(x.astype(np.float64), w.T.astype(np.float64))
     assert not fm.use_skinny(np.ones((17, 4), np.float32), w.T)
     assert [fm.use_skinny(np.ones((r, 4), np.float32), w.T) for r in (1, 2, 16)] == [True, True, True]
     assert not fm.use_skinny(np.ones((2, 4), np.float32), np.ones((4, 6), np.float32))  # row-major (K, N) weight
+
+
+@pytest.mark.parametrize("bug", ["nnan-ninf", "inf-becomes-nan"])
+def test_inf_nan_check_catches_a_kernel_that_drops_them(bug):
+    """The check above fails on a kernel compiled with fastmath's no-nan/no-inf flags replaced by its effect
+    (non-finite sums flushed to 0) or one whose inf rows come out as nan (what OpenBLAS sometimes does)."""
+    from minitorch.cpu import matmul as fm
+
+    def broken(a, b, out):
+        fm.skinny_matmul(a, b, out)
+        if bug == "nnan-ninf":
+            out[~np.isfinite(out)] = 0.0
+        else:
+            out[np.isinf(out)] = np.nan
+    with pytest.raises(AssertionError):
+        _check_skinny_inf_nan(broken)
 
 
 @pytest.mark.parametrize("n_out", [4, 7, 13])

@@ -168,3 +168,137 @@ def test_grad_accumulates_and_shared_inputs(backend):
     np.testing.assert_allclose(np_of(x.grad), [5.0, 7.0, 9.0])
     with pytest.raises(minitorch.MiniTorchError, match="one-element"):
         (x * 2.0).backward()
+
+
+# ---- float64 references: a 1% error in a backward is caught ------------------------------------------------
+# The checks above differentiate our own float32 forward with eps 1e-2, so they need rtol 3e-2 and a backward
+# off by 2% passes. Here the numerical derivative is taken of an independent numpy float64 forward (eps 1e-6:
+# truncation error ~eps^2 |f'''| ~ 1e-12, cancellation ~1e-16 |f| / eps ~ 1e-9) and the float32 autodiff
+# gradient must match it to rtol 1e-4: float32 rounding of a few ops and sums of up to ~100 terms stays below
+# ~1e-5 relative to the gradient's magnitude (atol scales with the largest gradient entry).
+EPS64 = 1e-6
+RTOL64 = 1e-4
+
+
+def gradcheck64(backend, fn: Callable[..., minitorch.Tensor], ref: Callable[..., np.ndarray],
+                arrays: List[np.ndarray], perms=None, seed: int = 0) -> None:
+    """Autodiff grads of sum(fn(*xs) * W) against float64 central differences of sum(ref(*xs) * W)."""
+    perms = perms or [None] * len(arrays)
+    xs = [make(a, backend, p, True) for a, p in zip(arrays, perms)]
+    out = fn(*xs)
+    w = np.random.default_rng(seed).standard_normal(out.shape)
+    (out * minitorch.from_numpy(w.astype(np.float32), backend=backend)).sum().backward()
+    base = [a.astype(np.float64) for a in arrays]
+    for i, a in enumerate(base):
+        num = np.zeros(a.shape, np.float64)
+        for idx in np.ndindex(*a.shape):
+            plus = [x.copy() for x in base]
+            minus = [x.copy() for x in base]
+            plus[i][idx] += EPS64
+            minus[i][idx] -= EPS64
+            num[idx] = (np.sum(ref(*plus) * w) - np.sum(ref(*minus) * w)) / (2 * EPS64)
+        assert xs[i].grad is not None, f"no grad for input {i}"
+        got = np_of(xs[i].grad).astype(np.float64)
+        np.testing.assert_allclose(got, num, rtol=RTOL64, atol=1e-5 * max(1.0, np.abs(num).max()),
+                                   err_msg=f"input {i}")
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+UNARY64 = {  # (ours, numpy float64 reference)
+    "neg": (lambda x: -x, lambda x: -x), "exp": (lambda x: x.exp(), np.exp),
+    "log": (lambda x: (x * x + 0.5).log(), lambda x: np.log(x * x + 0.5)),
+    "sqrt": (lambda x: (x * x + 0.5).sqrt(), lambda x: np.sqrt(x * x + 0.5)),
+    "rsqrt": (lambda x: (x * x + 0.5).rsqrt(), lambda x: 1.0 / np.sqrt(x * x + 0.5)),
+    "sigmoid": (lambda x: x.sigmoid(), _sigmoid), "relu": (lambda x: x.relu(), lambda x: np.maximum(x, 0.0)),
+    "silu": (lambda x: x.silu(), lambda x: x * _sigmoid(x)), "tanh": (lambda x: x.tanh(), np.tanh),
+    "pow": (lambda x: x ** 3.0, lambda x: x ** 3.0),
+}
+BINARY64 = {
+    "add": (lambda x, y: x + y, lambda x, y: x + y), "sub": (lambda x, y: x - y, lambda x, y: x - y),
+    "mul": (lambda x, y: x * y, lambda x, y: x * y), "div": (lambda x, y: x / y, lambda x, y: x / y),
+    "pow": (lambda x, y: (x * x + 0.5) ** y, lambda x, y: (x * x + 0.5) ** y),
+    "where": (lambda x, y: minitorch.where(x > 0.0, x * 2.0, y), lambda x, y: np.where(x > 0, 2 * x, y)),
+}
+
+
+def _softmax64(x, d):
+    e = np.exp(x - x.max(d, keepdims=True))
+    return e / e.sum(d, keepdims=True)
+
+
+def _rms64(x, w):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w
+
+
+NN64 = {  # (ours, reference, inputs from a and a second array b of the same last dim)
+    "softmax": (lambda x: nn.softmax(x, -1), lambda x: _softmax64(x, -1)),
+    "log_softmax": (lambda x: nn.log_softmax(x, -1), lambda x: np.log(_softmax64(x, -1))),
+    "silu_mul": (lambda x, u: nn.silu_mul(x, u), lambda x, u: x * _sigmoid(x) * u),
+    "rmsnorm": (lambda x, w: nn.rmsnorm(x, w, 1e-6), _rms64),
+    "sum-mean-max": (lambda x: x.sum(0) + x.mean(-1, True) + x.max(-1, True),
+                     lambda x: x.sum(0) + x.mean(-1, keepdims=True) + x.max(-1, keepdims=True)),
+    "matmul": (lambda x, y: x @ y.permute(1, 0), lambda x, y: x @ y.T),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(UNARY64))
+@settings(max_examples=8)
+@given(data=array_and_perm(lo=-2, hi=2))
+def test_unary_grad_float64(backend, name, data):
+    a, perm = data
+    gradcheck64(backend, *UNARY64[name], [away_from_zero(a)], [perm])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(BINARY64))
+@settings(max_examples=8)
+@given(pair=broadcast_pair())
+def test_binary_grad_float64(backend, name, pair):
+    a, b = (away_from_zero(x) for x in pair)
+    if name == "pow":
+        b = np.clip(b, -2, 2)
+    gradcheck64(backend, *BINARY64[name], [a, b])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(NN64))
+def test_nn_grad_float64(backend, name):
+    rng = np.random.default_rng(len(name))
+    a = (rng.standard_normal((3, 5)) + np.linspace(-1, 1, 5)).astype(np.float32)  # distinct: max has no ties
+    second = {"silu_mul": a[::-1].copy(), "rmsnorm": rng.standard_normal(5).astype(np.float32),
+              "matmul": rng.standard_normal((4, 5)).astype(np.float32)}
+    arrays = [a] + ([second[name]] if name in second else [])
+    gradcheck64(backend, *NN64[name], arrays, [(1, 0)] + [None] * (len(arrays) - 1))
+
+
+# one realistic slip per op: a backward 1% off (a wrong constant), caught by gradcheck64, missed by gradcheck
+BROKEN_BACKWARD = ["Exp", "Log", "Sqrt", "Sigmoid", "Tanh", "Pow", "Div"]
+
+
+@pytest.mark.parametrize("cls", BROKEN_BACKWARD)
+def test_float64_gradcheck_catches_a_backward_off_by_one_percent(cls, monkeypatch):
+    from minitorch import tensor_functions as tf
+
+    fn_cls = getattr(tf, cls)
+    real = fn_cls.backward
+
+    def off(ctx, g):
+        grads = real(ctx, g)
+        return tuple(None if x is None else x * 1.01 for x in grads)
+
+    monkeypatch.setattr(fn_cls, "backward", staticmethod(off))
+    a = away_from_zero(np.random.default_rng(0).uniform(-2, 2, (2, 3)).astype(np.float32))
+    if cls == "Div" or cls == "Pow":
+        b = np.clip(away_from_zero(np.random.default_rng(1).uniform(-2, 2, (2, 3)).astype(np.float32)), -2, 2)
+        ours, ref = BINARY64[cls.lower()]
+        args = [a, b]
+    else:
+        ours, ref = UNARY64[cls.lower()]
+        args = [a]
+    with pytest.raises(AssertionError):
+        gradcheck64(minitorch.SimpleBackend, ours, ref, args)
+    gradcheck(minitorch.SimpleBackend, ours, args)  # the float32 check above lets the slip through

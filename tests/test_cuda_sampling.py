@@ -105,17 +105,28 @@ def check_probabilities(case, V, kind, C):
         np.testing.assert_allclose(probs[i], ref, rtol=2e-4, atol=1e-7)
 
 
-@pytest.mark.parametrize("case", [dict(temperature=1.0), dict(temperature=0.8, top_k=6),
-                                  dict(temperature=1.2, top_p=0.7)], ids=["t1", "topk6", "topp0.7"])
+def draws_inputs(C: int) -> tuple[np.ndarray, int]:
+    """(logits (1, V), number of draws) of the draws test; its chi-square is shown on the CPU to reject
+    draws from slightly wrong distributions (tests/test_sampling_power.py)."""
+    V, N = 16 if C == 1 else 3000, 40_000  # a cluster splits a row of 3000 across its 16 blocks
+    # 16 tokens at scale 0.7: top-p 0.7 keeps 7 of them (at 1.5 it kept one: the draws were all the argmax)
+    logits = np.random.default_rng(3).standard_normal((1, V)).astype(np.float32) * (0.7 if C == 1 else 1.5)
+    if C > 1:
+        logits[0, V // 2:] -= 6.0  # most mass in the first half, the rest spread over the other blocks
+    return logits, N
+
+
+DRAW_CASES = [dict(temperature=1.0), dict(temperature=0.8, top_k=6), dict(temperature=1.2, top_p=0.7)]
+
+
+@pytest.mark.parametrize("case", DRAW_CASES, ids=["t1", "topk6", "topp0.7"])
 @pytest.mark.parametrize("C", [1, 16], ids=["1-block", "cluster-16"])
 def test_draws_follow_the_probabilities(case, C):
     if C not in clusters():
         pytest.skip("no thread-block clusters on this device")
     cfg = SamplingConfig(**case)
-    V, N = 16 if C == 1 else 3000, 40_000  # a cluster splits a row of 3000 across its 16 blocks
-    logits = np.random.default_rng(3).standard_normal((1, V)).astype(np.float32) * 1.5
-    if C > 1:
-        logits[0, V // 2:] -= 6.0  # most mass in the first half, the rest spread over the other blocks
+    logits, N = draws_inputs(C)
+    V = logits.shape[1]
     ref = logits_to_probs(logits[0], cfg)
     probs, ids = launch_sample(logits, cfg, rows=N, draw=True, seed=11, ld=0, C=C)  # every row the same logits
     assert ids.min() >= 0 and ids.max() < V
@@ -164,11 +175,9 @@ def random_probs(r: np.random.Generator, rows: int, V: int, scale: float) -> np.
     return x / x.sum(axis=1, keepdims=True)
 
 
-@pytest.mark.parametrize("C", [1, 16], ids=["1-block", "cluster-16"])
-@pytest.mark.parametrize("point_mass", [False, True], ids=["model-draft", "point-mass"])
-def test_acceptance_emits_target_distributed_tokens(point_mass, C):
-    if C not in clusters():
-        pytest.skip("no thread-block clusters on this device")
+def acceptance_inputs(point_mass: bool, C: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(p (g+1, V), q (g, V) or None, drafts (N, g)) of the acceptance test: drafts drawn from q, or each
+    position's second most likely token (point mass)."""
     r = np.random.default_rng(7)
     V, g, N = (8 if C == 1 else 40), 3, 12_000  # 40 tokens: every block of a 16-block cluster holds some
     p = random_probs(r, g + 1, V, 1.0)
@@ -177,19 +186,34 @@ def test_acceptance_emits_target_distributed_tokens(point_mass, C):
         drafts = np.tile(np.argsort(-p[:g], axis=1)[:, 1], (N, 1))  # each position's second most likely token
     else:
         drafts = np.stack([r.choice(V, size=N, p=q[i]) for i in range(g)], axis=1)
-    out = run_accept(p, q, drafts, C=C)
+    return p, q, drafts
+
+
+def check_acceptance(out: np.ndarray, p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray) -> None:
+    """What spec_accept's rounds must satisfy: out (N, g + 2) = [n, d_1..d_n, next, ...] per row. Shown on the
+    CPU to reject broken acceptance rules at these sizes (tests/test_sampling_power.py)."""
+    g, V = drafts.shape[1], p.shape[1]
     n = out[:, 0]
     assert n.min() >= 0 and n.max() <= g
     assert np.all(out[:, 1:1 + g][np.arange(g)[None, :] < n[:, None]]
                   == drafts[np.arange(g)[None, :] < n[:, None]])  # accepted tokens are the drafts
-    for pos in range(3):  # token pos+1 of the round exists when the first pos drafts were accepted
-        rows = out[n >= pos]
+    for pos in range(g + 1):  # token pos+1 of the round exists when the first pos drafts were accepted
+        rows = out[n >= pos]  # pos = g: the bonus token after g accepted drafts
         tok = rows[:, 1 + pos]
         counts = np.bincount(tok, minlength=V)
         assert chi2_pvalue(counts, p[pos]) > SIG, f"position {pos + 1}"
     first = np.bincount(out[:, 1], minlength=V)
-    if not point_mass:
+    if q is not None:
         assert chi2_pvalue(first, q[0]) < SIG  # power: the draft's own distribution is rejected
+
+
+@pytest.mark.parametrize("C", [1, 16], ids=["1-block", "cluster-16"])
+@pytest.mark.parametrize("point_mass", [False, True], ids=["model-draft", "point-mass"])
+def test_acceptance_emits_target_distributed_tokens(point_mass, C):
+    if C not in clusters():
+        pytest.skip("no thread-block clusters on this device")
+    p, q, drafts = acceptance_inputs(point_mass, C)
+    check_acceptance(run_accept(p, q, drafts, C=C), p, q, drafts)
 
 
 # ------------------------------------------------------------------ the engine on small random models

@@ -7,8 +7,13 @@ resamples, position 4 from a bonus or a later round) with seeds 0..N-1, and comp
 joint distribution of the 4 tokens (256 cells) with the exact target distribution, enumerated from
 the target's own probabilities. Pearson chi-square, cells with expected count < 5 pooled;
 significance 0.001 (a correct sampler fails with probability 0.1% per case, and the seeds are
-fixed, so the outcome is deterministic). The same test must reject a deliberately broken sampler
-(resampling from p instead of norm(max(p - q, 0))), which shows the test has power.
+fixed, so the outcome is deterministic). The same test must reject deliberately broken samplers, which
+shows it has power: resampling from p instead of norm(max(p - q, 0)) (at N, on 2 cases), and, at N / 4
+samples (less power than the real test has), accepting with probability p instead of min(1, p/q), the
+ratio the wrong way round (q/p, residual max(q - p)), the bonus token drawn from the last draft's row
+instead of the row after it, and a model drafter whose reported q lacks the sampling settings (q at
+temperature 1 without top-k, drafts drawn with them). Each of these fails with p < 1e-9 (measured; the
+threshold is 1e-3).
 """
 from __future__ import annotations
 
@@ -103,9 +108,9 @@ def chi_square_pvalue(samples: list[tuple[int, ...]], exact: dict[tuple[int, ...
     return chi2_sf(stat, dof)
 
 
-def run_samples(cfg_kwargs: dict, drafter_kind: str) -> list[tuple[int, ...]]:
+def run_samples(cfg_kwargs: dict, drafter_kind: str, n: int = N) -> list[tuple[int, ...]]:
     out = []
-    for seed in range(N):
+    for seed in range(n):
         cfg = SamplingConfig(seed=seed, **cfg_kwargs)
         if drafter_kind == "model-head":  # drafts only among tokens 0..V-2; the target still emits V-1
             drafter = ModelDrafter(DRAFT, head_vocab=V - 1)
@@ -157,3 +162,87 @@ def test_draft_and_target_differ_enough():
     p = logits_to_probs(TARGET(PROMPT, TARGET.new_cache(len(PROMPT)))[0, -1], cfg)
     q = logits_to_probs(DRAFT(PROMPT, DRAFT.new_cache(len(PROMPT)))[0, -1], cfg)
     assert 0.5 * np.abs(p - q).sum() > 0.2
+
+
+# ---- broken samplers: each one an ordinary-looking slip in speculative.py / drafters.py -----------------
+def _accept(rows, drafts, q, cfg, rng, accept, residual, bonus_row):
+    """accept_sampled with its three decisions replaceable."""
+    for i, d in enumerate(drafts):
+        p = logits_to_probs(rows[i], cfg)
+        q_i = np.zeros_like(p)
+        if q is None:
+            q_i[d] = 1.0
+        else:
+            q_i = q[i]
+        if accept(rng.random(), p[d], q_i[d]):
+            continue
+        return i, spec.sample(residual(p, q_i), rng)
+    return len(drafts), spec.sample(logits_to_probs(rows[bonus_row(len(drafts))], cfg), rng)
+
+
+def _propose_q_without_settings(self, tokens, gamma, cfg, rng):
+    """ModelDrafter.propose drawing drafts with the settings but reporting q = softmax(logits)."""
+    from minitorch.generation.sampling import logits_rows, sample
+
+    feed = self._sync(tokens)
+    drafts, qs = [], []
+    for _ in range(gamma):
+        rows = logits_rows(self.model(feed, self.cache), self._vocab)
+        self.forwards += 1
+        self._ids.extend(feed)
+        drafts.append(sample(logits_to_probs(rows[-1], cfg), rng))
+        qs.append(logits_to_probs(rows[-1], SamplingConfig(temperature=1.0)))  # the slip
+        feed = [drafts[-1]]
+    return drafts, np.stack(qs)
+
+
+def _good_accept(u, p, q):
+    return u * q < p
+
+
+def _good_residual(p, q):
+    return spec.residual_distribution(p, q)
+
+
+BROKEN = {
+    "accept-without-q": ("accept_sampled", lambda r, d, q, c, g: _accept(
+        r, d, q, c, g, lambda u, p, qd: u < p, _good_residual, lambda n: n)),
+    "p-q-swapped": ("accept_sampled", lambda r, d, q, c, g: _accept(
+        r, d, q, c, g, lambda u, p, qd: u * p < qd, lambda p, q: spec.residual_distribution(q, p), lambda n: n)),
+    "bonus-from-last-draft-row": ("accept_sampled", lambda r, d, q, c, g: _accept(
+        r, d, q, c, g, _good_accept, _good_residual, lambda n: max(n - 1, 0))),
+    "q-without-settings": ("propose", _propose_q_without_settings),
+}
+# the case where each slip matters: q = 1 for the n-gram drafter (so "without q" is harmless there), and the
+# sampling settings must change q for the last one
+BROKEN_CASES = [("accept-without-q", CASES[0]), ("p-q-swapped", CASES[3]), ("bonus-from-last-draft-row", CASES[3]),
+                ("q-without-settings", CASES[1])]
+
+
+def test_the_unbroken_rule_passes_through_the_replaceable_one():
+    """_accept with the real decisions draws exactly what accept_sampled draws (same rng stream)."""
+    rng_rows = np.random.default_rng(0)
+    for trial in range(50):
+        rows = rng_rows.normal(size=(4, V))
+        q = np.stack([logits_to_probs(rng_rows.normal(size=V), SamplingConfig(temperature=1.0)) for _ in range(3)])
+        drafts = [int(x) for x in rng_rows.integers(0, V, 3)]
+        cfg = SamplingConfig(temperature=1.0)
+        for qq in (q, None):
+            a = spec.accept_sampled(rows, drafts, qq, cfg, np.random.default_rng(trial))
+            b = _accept(rows, drafts, qq, cfg, np.random.default_rng(trial), _good_accept, _good_residual, lambda n: n)
+            assert a == b
+
+
+@pytest.mark.parametrize("bug, case", BROKEN_CASES, ids=[b for b, _ in BROKEN_CASES])
+def test_broken_samplers_are_detected(bug, case, monkeypatch):
+    import minitorch.generation.drafters as dr
+
+    name, fn = BROKEN[bug]
+    monkeypatch.setattr(dr.ModelDrafter if name == "propose" else spec, name, fn)
+    cfg_kwargs, drafter_kind = case
+    exact = exact_joint(SamplingConfig(**cfg_kwargs))
+    try:
+        pval = chi_square_pvalue(run_samples(cfg_kwargs, drafter_kind, N // 4), exact)
+    except AssertionError:  # a sequence of probability 0 was sampled: detected as well
+        pval = 0.0
+    assert pval < ALPHA_SIG, f"the test failed to detect {bug}: p = {pval:.2e}"

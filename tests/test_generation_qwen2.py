@@ -38,8 +38,12 @@ def pair(tmp_path_factory):
     hf_target = hf_qwen2(seed=0)
     save_hf(hf_target, root / "target", tok)
     save_hf(_noisy_copy(hf_target, 1, 0.002), root / "close", tok)
-    save_hf(hf_qwen2(seed=5, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                     num_attention_heads=2, num_key_value_heads=1), root / "small", tok)
+    # the small draft: the target without its last layer (1 layer of 2, a layer-skip draft), so it agrees with
+    # the target on part of the tokens: greedy runs see accepted runs and rejections (an unrelated random draft
+    # had acceptance ~0 and exercised only the all-rejected path)
+    small = hf_qwen2(seed=5, num_hidden_layers=1)
+    small.load_state_dict({k: v for k, v in hf_target.state_dict().items() if not k.startswith("model.layers.1.")})
+    save_hf(small, root / "small", tok)
     target, our_tok = load_model(root / "target", progress=False)
     close, _ = load_model(root / "close", progress=False)
     small, _ = load_model(root / "small", progress=False)
@@ -74,6 +78,8 @@ def test_greedy_speculative_equals_target(pair, drafter_kind):
             assert res.tokens == ref, (drafter_kind, gamma, len(prompt))
             if drafter_kind == "close":
                 assert res.stats["alpha"] > 0.3  # the rollback path is exercised on long runs
+            if drafter_kind == "small" and len(prompt) == 40:  # partial acceptance: accepted runs and rejections
+                assert 0 < res.stats["accepted"] < res.stats["drafted"] and res.stats["accept_length_hist"][0] > 0
 
 
 def _cache_arrays(cache, n: int) -> list[np.ndarray]:
@@ -129,3 +135,96 @@ def test_real_pair_greedy_speculative_equals_target():
     assert len(ref.tokens) == 128
     assert res.tokens == ref.tokens
     assert res.stats["alpha"] > 0.3
+
+
+# --- the vocabulary cut: a model whose vocabulary is padded past its tokenizer's ------------------------
+# The default pair has 151,936 logits for a 151,665-id tokenizer, so every token is chosen among the first
+# tokenizer.vocab_size logits. With equal vocabularies (the pair above) the cut does nothing; here the model
+# has PAD extra rows, made large so that without the cut (or with a wrong one) the argmax lands there.
+PAD = 109
+
+
+@pytest.fixture(scope="module")
+def padded(tmp_path_factory):
+    """(target, tokenizer, draft, transformers target, shared vocabulary from the CLI loader)."""
+    import argparse
+
+    import cli_common
+
+    root = tmp_path_factory.mktemp("qwen2_padded")
+    tok = tiny_bpe()
+    n_tok = tok.get_vocab_size()
+    hf_t = hf_qwen2(seed=3, vocab_size=n_tok + PAD)
+    hf_d = hf_qwen2(seed=3, vocab_size=n_tok + PAD)
+    hf_d.load_state_dict(hf_t.state_dict())
+    with torch.no_grad():
+        hf_t.lm_head.weight[n_tok:] *= 4.0  # padding logits 4x larger: they would win most argmaxes
+        gen = torch.Generator().manual_seed(7)
+        for p in hf_d.parameters():
+            p.add_(0.003 * torch.randn(p.shape, generator=gen))
+        hf_d.lm_head.weight[n_tok:] *= 4.0
+    save_hf(hf_t, root / "target", tok)
+    save_hf(hf_d, root / "draft", tok)
+    args = argparse.Namespace(target=str(root / "target"), draft=str(root / "draft"), backend="cpu",
+                              dtype="auto", drafter="model")
+    models = cli_common.load_models(args, progress=False)
+    return models.target, models.tokenizer, models.draft, hf_t, models.vocab_size
+
+
+def _hf_greedy_first_n(hf_model, prompt: list[int], n_new: int, n_vocab: int) -> list[int]:
+    """transformers as the oracle: full-sequence forwards, argmax over the first n_vocab logits."""
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n_new):
+            logits = hf_model(torch.tensor([ids])).logits[0, -1, :n_vocab]
+            ids.append(int(torch.argmax(logits)))
+    return ids[len(prompt):]
+
+
+def _check_vocab_cut(padded) -> None:
+    from minitorch.generation import SamplingConfig, logits_to_probs
+
+    target, tok, draft, hf_t, vocab = padded
+    n_tok = tok.vocab_size
+    assert vocab == n_tok == target.config.vocab_size - PAD  # the CLI loader cuts at the tokenizer
+    prompt = tok.encode("Natalia sold clips to 48 of her friends in April")[:16]
+    # the padding must matter: transformers' unrestricted argmax picks a padding id here
+    with torch.no_grad():
+        full = hf_t(torch.tensor([prompt])).logits[0, -1]
+    assert int(torch.argmax(full)) >= n_tok
+    ref = _hf_greedy_first_n(hf_t, prompt, 12, n_tok)
+    assert generate(target, prompt, 12, vocab_size=vocab).tokens == ref
+    for drafter in (ModelDrafter(draft, vocab), NGramDrafter()):
+        res = speculative_generate(target, drafter, prompt, 12, gamma=3, vocab_size=vocab)
+        assert res.tokens == ref
+    # sampling: the first token's distribution is softmax over the first n_tok logits
+    from minitorch.generation.sampling import logits_rows
+    from minitorch import no_grad
+
+    with no_grad():
+        rows = logits_rows(target(prompt, target.new_cache(len(prompt))), vocab)
+    want = torch.softmax(full[:n_tok].double(), -1).numpy()
+    np.testing.assert_allclose(logits_to_probs(rows[-1], SamplingConfig(temperature=1.0)), want, atol=1e-6)
+
+
+def test_padded_vocabulary_is_cut_to_the_tokenizer_like_transformers(padded):
+    _check_vocab_cut(padded)
+
+
+def test_wrong_vocabulary_cut_is_detected(padded, monkeypatch):
+    """The check above fails when logits_rows keeps the last vocab_size columns instead of the first."""
+    import minitorch.generation.autoregressive as ar
+    import minitorch.generation.drafters as dr
+    import minitorch.generation.sampling as sm
+    import minitorch.generation.speculative as sp
+
+    real = sm.logits_rows
+
+    def last_columns(logits, vocab_size=None):
+        rows = real(logits)
+        return rows if vocab_size is None else rows[:, rows.shape[1] - vocab_size:]
+
+    for mod in (ar, dr, sm, sp):
+        monkeypatch.setattr(mod, "logits_rows", last_columns)
+    with pytest.raises(AssertionError):
+        _check_vocab_cut(padded)

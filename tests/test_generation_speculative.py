@@ -9,7 +9,7 @@ from minitorch.generation import (
     ModelDrafter, NGramDrafter, SamplingConfig, generate, speculative_generate)
 from minitorch.generation.speculative import next_gamma
 from minitorch.generation.stats import predicted_speedup
-from test_generation_fakes import FakeModel, assert_cache_equal, fresh_cache
+from test_generation_fakes import FakeCache, FakeModel, assert_cache_equal, fresh_cache
 
 V = 50
 TARGET = FakeModel(V, seed=1)
@@ -61,15 +61,36 @@ def test_max_new_tokens_exact_inside_accepted_runs(limit):
         assert res.stop_reason == "length"
 
 
-def test_stop_token_inside_an_accepted_run_cuts_there():
+def _check_stop_inside_an_accepted_run() -> None:
     ref_free = generate(TARGET, [9], 30)
     stop = ref_free.tokens[5]
     first = ref_free.tokens.index(stop)
-    res = speculative_generate(TARGET, ModelDrafter(TARGET), [9], 30, stop_ids={stop}, gamma=8)
+    cache = TARGET.new_cache(31)
+    res = speculative_generate(TARGET, ModelDrafter(TARGET), [9], 30, stop_ids={stop}, gamma=8, cache=cache)
     assert res.tokens == ref_free.tokens[: first + 1]
+    assert res.stop_reason == "stop"
     # the rule accepted every draft; alpha counts only emitted drafts, so the cut lowers it
     assert res.stats["token_acceptance"] == 1.0
     assert res.stats["accepted"] + res.stats["target_tokens"] == len(res.tokens)
+    assert_cache_equal(cache, fresh_cache(TARGET, ([9] + res.tokens)[:-1]))  # the cache follows the cut
+
+
+def test_stop_token_inside_an_accepted_run_cuts_there():
+    _check_stop_inside_an_accepted_run()
+
+
+def test_stop_check_catches_a_stop_seen_only_at_the_end_of_a_round(monkeypatch):
+    """An emit that appends a round's tokens and looks for a stop token only in its last one fails the check."""
+    import minitorch.generation.speculative as sp
+
+    def round_end_emit(candidates, out, max_new_tokens, stop_ids):
+        take = [int(t) for t in candidates][:max(0, max_new_tokens - len(out))]
+        out.extend(take)
+        return len(take), len(out) >= max_new_tokens or bool(take and take[-1] in stop_ids)
+
+    monkeypatch.setattr(sp, "emit", round_end_emit)
+    with pytest.raises(AssertionError):
+        _check_stop_inside_an_accepted_run()
 
 
 def test_vocab_compared_over_shared_part():
@@ -96,6 +117,38 @@ def test_tensor_like_logits_are_accepted():
 @pytest.mark.parametrize("cfg", [SamplingConfig(), SamplingConfig(temperature=0.9, top_k=10, seed=3)])
 @pytest.mark.parametrize("kind", ["close", "far", "ngram"])
 def test_rollback_leaves_caches_equal_to_a_fresh_run(cfg, kind):
+    _check_rollback(cfg, kind)
+
+
+class _KeepsPendingCache(FakeCache):
+    """A target cache whose rollback keeps one position too many (as an engine calling truncate(len(context)))."""
+
+    def truncate(self, n):
+        super().truncate(min(n + 1, self.length))
+
+
+@pytest.mark.parametrize("bug", ["draft-cache-one-too-many", "target-keeps-pending"])
+def test_rollback_checks_catch_off_by_one_rollbacks(bug, monkeypatch):
+    """The greedy equality and cache checks fail on a drafter whose rollback keeps one cache position too
+    many (its token list right: output unchanged, only the cache check sees it) and on a target rollback that
+    keeps the pending token (the next verify feeds it twice: the output changes)."""
+    if bug == "draft-cache-one-too-many":
+        def rollback(self, n):
+            if n < len(self._ids):
+                self.cache.truncate(min(n + 1, self.cache.length))
+                del self._ids[n:]
+        monkeypatch.setattr(ModelDrafter, "rollback", rollback)
+        with pytest.raises(AssertionError):
+            _check_rollback(SamplingConfig(), "close")
+        assert speculative_generate(TARGET, _drafter("close"), [5, 6, 7, 5, 6], 33, gamma=5).tokens == \
+            generate(TARGET, [5, 6, 7, 5, 6], 33).tokens  # the output alone does not show it
+    else:
+        cache = _KeepsPendingCache(200, TARGET.hidden)
+        res = speculative_generate(TARGET, _drafter("close"), [5, 6, 7, 5, 6], 33, gamma=5, cache=cache)
+        assert res.tokens != generate(TARGET, [5, 6, 7, 5, 6], 33).tokens
+
+
+def _check_rollback(cfg, kind):
     prompt = [5, 6, 7, 5, 6]
     drafter = _drafter(kind)
     cache = TARGET.new_cache(len(prompt) + 33)

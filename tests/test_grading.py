@@ -146,12 +146,50 @@ def test_grade_records_method():
     assert grade("nothing", "5")["extraction"] == "none"
 
 
+def _check_gsm8k_grading(rows) -> None:
+    """Model-like outputs built from each GSM8K reference solution, graded against a gold read by this test's
+    own regex (not by gold_answer): the final answer boxed, as the last number of a sentence, after ####
+    (all correct), and the same three with the answer + 1 (all wrong; every 10th row, math-verify is slow)."""
+    import re
+
+    for i, r in enumerate(rows):
+        m = re.search(r"####\s*(-?[\d,]+)\s*$", r["answer"])
+        assert m, r["answer"][-40:]
+        final = m.group(1).replace(",", "")
+        assert gold_answer(r) == final
+        body = r["answer"][:m.start()]  # the worked solution: full of other numbers
+        outputs = {"boxed": f"{body}So the answer is \\boxed{{{final}}}.",
+                   "last_number": f"{body}In total that makes {final}.", "####": r["answer"]}
+        for method, text in outputs.items():
+            assert grade(text, final) == {"extracted": final, "extraction": method, "correct": True}, (i, method)
+        if i % 10 == 0:
+            wrong = str(int(final) + 1)
+            for method, text in outputs.items():
+                text = text[::-1].replace(m.group(1)[::-1] if method == "####" else final[::-1], wrong[::-1], 1)[::-1]
+                assert grade(text, final) == {"extracted": wrong, "extraction": method, "correct": False}, (i, method)
+
+
 def test_gsm8k_reference_solutions_grade_correct():
-    """Every GSM8K reference solution, read as if it were model output, grades correct on its gold."""
-    rows = _rows("gsm8k/test.jsonl")
-    results = [grade(r["answer"], gold_answer(r)) for r in rows]
-    assert all(g["extraction"] == "####" for g in results)
-    assert all(g["correct"] for g in results)
+    _check_gsm8k_grading(_rows("gsm8k/test.jsonl"))
+
+
+@pytest.mark.parametrize("bug", ["always-correct", "first-number", "thousands-kept"])
+def test_gsm8k_grading_check_catches_broken_graders(bug, monkeypatch):
+    """The check above fails on a grader that accepts any answer, on one that reads the first number of a text
+    instead of the last, and on one that keeps thousands separators ("#### 2,125", row 146)."""
+    from evaluation import grading
+
+    rows = _rows("gsm8k/test.jsonl")[:150]
+    if bug == "always-correct":
+        monkeypatch.setattr(grading, "is_correct", lambda p, g: p is not None)
+    elif bug == "first-number":
+        monkeypatch.setattr(grading, "extract_last_number",
+                            lambda t: (grading._NUMBER_RE.findall(t) or [None])[0] and
+                            grading._NUMBER_RE.findall(t)[0].replace(",", ""))
+    else:
+        monkeypatch.setattr(grading, "strip_thousands", lambda a: a)
+    with pytest.raises(AssertionError):
+        _check_gsm8k_grading(rows)
 
 
 def test_math500_reference_solutions_grade_correct():

@@ -251,3 +251,30 @@ def test_packed_head_rows_narrow_the_packed_head(gguf_pair: Path, tmp_path: Path
     assert np.array_equal(part, full[:, :40])
     with pytest.raises(minitorch.MiniTorchError, match="dim 0"):
         packed.lm_head.weight.value.narrow(1, 0, 4)
+
+
+@pytest.mark.parametrize("bug", ["last-output-unwritten", "one-block-scale-off"])
+def test_kernel_reference_check_catches_kernel_slips(bug: str, monkeypatch) -> None:
+    """The float64-reference check above fails on a kernel whose loop over the weight's rows stops one short
+    (the last output column left at 0) and on one whose first block of each row is scaled 1% off (a 1/24
+    share of each dot product 1% off)."""
+    real = FastBackend.packed_linear
+
+    def broken(x, w, out):
+        real(x, w, out)
+        if bug == "last-output-unwritten":
+            out[:, -1] = 0.0
+        else:
+            first = np.asarray(x)[:, :w.block].astype(np.float64) @ w.dequantize()[:, :w.block].T.astype(np.float64)
+            out += (0.01 * first).astype(np.float32)
+
+    monkeypatch.setattr(FastBackend, "packed_linear", broken)
+    qtype, rows, n, k = "Q4_K", 5, 70, 768
+    pw = pack_raw(qtype, random_blocks(qtype, n, k, seed=rows), (n, k))
+    x = np.random.default_rng(rows).standard_normal((rows, k)).astype(np.float32)
+    ref = x.astype(np.float64) @ pw.dequantize().T.astype(np.float64)
+    with minitorch.no_grad():
+        y = nn.linear(minitorch.from_numpy(x, backend=FastBackend), pw).to_numpy()
+    scale = np.abs(x).max() * np.abs(pw.dequantize()).sum(1).max()
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(y, ref, rtol=0, atol=1e-6 * scale)

@@ -65,12 +65,22 @@ def test_default_output_has_the_seed_format(fake_models, capsys):
 
 
 def test_json_is_one_object_with_stats(fake_models, capsys):
+    from minitorch.generation import NGramDrafter, SamplingConfig, speculative_generate
+
     assert prog.main(["--prompt", "hi", "--max-new-tokens", "12", "--json", "--temperature", "0.8",
-                      "--drafter", "ngram"]) == 0
+                      "--drafter", "ngram", "--seed", "5"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1
     obj = json.loads(out[0])
-    assert len(obj["spec"]["tokens"]) <= 12 and obj["spec"]["stats"]["drafted"] >= 0
+    # the library called directly with the same settings: the CLI passes temperature, seed, gamma, drafter,
+    # stop ids and vocabulary through (seed 5: 12 tokens, drafts partly accepted)
+    tok = FakeTokenizer()
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "hi"}]))
+    ref = speculative_generate(fake_models[0], NGramDrafter(), ids, 12, SamplingConfig(0.8, seed=5), stop_ids={0},
+                               gamma=4, vocab_size=V)
+    st = obj["spec"]["stats"]
+    assert obj["spec"]["tokens"] == ref.tokens and len(ref.tokens) == 12
+    assert (st["drafted"], st["accepted"]) == (ref.stats["drafted"], ref.stats["accepted"]) and 0 < st["accepted"] < st["drafted"]
     assert obj["settings"]["drafter"] == "ngram" and obj["settings"]["draft"] is None
     assert "target" in obj and "speedup" in obj
 
