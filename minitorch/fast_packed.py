@@ -75,75 +75,113 @@ def _block_sums(x: np.ndarray, block: int) -> np.ndarray:  # pragma: no cover - 
 
 
 @njit(cache=True, parallel=True)
-def packed_rows(x: np.ndarray, qt: np.ndarray, st: np.ndarray, ot: np.ndarray, block: int, n_len: int,
-                out: np.ndarray) -> None:  # pragma: no cover - numba
-    """out (R, n_len) = x (R, K) @ w^T for tiled codes qt (groups, K, TILE) and scale/offset st, ot."""
-    groups, k_len, _ = qt.shape
+def packed_rows(x: np.ndarray, qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, dmin: np.ndarray,
+                block: int, per: int, bits: int, n_len: int, out: np.ndarray) -> None:  # pragma: no cover - numba
+    """out (R, n_len) = x (R, K) @ w^T for the tiles of a PackedWeight (packed.py): codes qt (int8, or
+    uint8 nibble pairs for bits 4), block scales sc / m under super-block factors d / dmin."""
+    groups = qt.shape[0]
+    k_len = qt.shape[1] * 8 // bits
     rows = x.shape[0]
+    has_off = m.shape[1] > 0
     xs = _block_sums(x, block)
-    pairs_end = block - block % 2  # an odd block ends with one single input
+    pairs_end = block - block % 2  # an odd block (8-bit codes only) ends with one single input
+    lo_mask = np.uint8(15)
     for g in prange(groups):
         acc = np.zeros((rows, TILE), dtype=np.float32)
         part = np.empty((rows, TILE), dtype=np.float32)
+        scale = np.empty(TILE, dtype=np.float32)
+        offset = np.empty(TILE, dtype=np.float32)
         for b in range(k_len // block):
             k0 = b * block
             part[:] = 0
-            for k in range(k0, k0 + pairs_end, 2):
-                for r in range(rows):
-                    x0 = x[r, k]
-                    x1 = x[r, k + 1]
-                    for i in range(TILE):
-                        p = fma(np.float32(qt[g, k, i]), x0, part[r, i])
-                        part[r, i] = fma(np.float32(qt[g, k + 1, i]), x1, p)
-            if pairs_end < block:
-                k = k0 + block - 1
-                for r in range(rows):
-                    x0 = x[r, k]
-                    for i in range(TILE):
-                        part[r, i] = fma(np.float32(qt[g, k, i]), x0, part[r, i])
-            for r in range(rows):
-                xb = xs[r, b]
+            if bits == 4:
+                for j in range(k0 // 2, (k0 + block) // 2):
+                    for r in range(rows):
+                        x0 = x[r, 2 * j]
+                        x1 = x[r, 2 * j + 1]
+                        for i in range(TILE):
+                            c = qt[g, j, i]
+                            p = fma(np.float32(c & lo_mask), x0, part[r, i])
+                            part[r, i] = fma(np.float32(c >> 4), x1, p)
+            else:
+                for k in range(k0, k0 + pairs_end, 2):
+                    for r in range(rows):
+                        x0 = x[r, k]
+                        x1 = x[r, k + 1]
+                        for i in range(TILE):
+                            p = fma(np.float32(qt[g, k, i]), x0, part[r, i])
+                            part[r, i] = fma(np.float32(qt[g, k + 1, i]), x1, p)
+                if pairs_end < block:
+                    k = k0 + block - 1
+                    for r in range(rows):
+                        x0 = x[r, k]
+                        for i in range(TILE):
+                            part[r, i] = fma(np.float32(qt[g, k, i]), x0, part[r, i])
+            s = b // per
+            for i in range(TILE):
+                scale[i] = d[g, s, i] * np.float32(sc[g, b, i])
+            if has_off:
                 for i in range(TILE):
-                    acc[r, i] += st[g, b, i] * part[r, i] - ot[g, b, i] * xb
-        m = min(TILE, n_len - g * TILE)
+                    offset[i] = dmin[g, s, i] * np.float32(m[g, b, i])
+                for r in range(rows):
+                    xb = xs[r, b]
+                    for i in range(TILE):
+                        acc[r, i] += scale[i] * part[r, i] - offset[i] * xb
+            else:
+                for r in range(rows):
+                    for i in range(TILE):
+                        acc[r, i] += scale[i] * part[r, i]
+        mm = min(TILE, n_len - g * TILE)
         for r in range(rows):
-            for i in range(m):
+            for i in range(mm):
                 out[r, g * TILE + i] = acc[r, i]
 
 
 @njit(cache=True)
-def rebuild_tiles(qt: np.ndarray, st: np.ndarray, ot: np.ndarray, block: int, first: int,
-                  dst: np.ndarray) -> None:  # pragma: no cover - numba
+def rebuild_tiles(qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, dmin: np.ndarray, block: int,
+                  per: int, bits: int, first: int, dst: np.ndarray) -> None:  # pragma: no cover - numba
     """dst (K, m * TILE) = float32 weight rows of tiles first..first+m-1, transposed (column j * TILE + i
-    is row (first + j) * TILE + i). The product and the difference are rounded separately, as the gguf
+    is row (first + j) * TILE + i). Each product and the difference are rounded separately, as the gguf
     dequantizers do: the float32 weights. One thread on purpose: OpenBLAS's worker threads keep spinning
     for a while after each product, and a numba-parallel rebuild between products had to share the 2
     cores with them (a 40-row product of a 8960 x 1536 weight: 68 ms parallel vs 22 ms serial in a
     scratch test; with OPENBLAS_THREAD_TIMEOUT=4 the gap closed, but that is read when numpy loads)."""
-    k_len = qt.shape[1]
+    k_len = qt.shape[1] * 8 // bits
+    has_off = m.shape[1] > 0
+    a = np.empty(TILE, dtype=np.float32)
+    c = np.zeros(TILE, dtype=np.float32)
     for j in range(dst.shape[1] // TILE):
         g = first + j
         for b in range(k_len // block):
-            a = st[g, b]
-            c = ot[g, b]
+            s = b // per
+            for i in range(TILE):
+                a[i] = d[g, s, i] * np.float32(sc[g, b, i])
+                if has_off:
+                    c[i] = dmin[g, s, i] * np.float32(m[g, b, i])
             for k in range(b * block, (b + 1) * block):
-                src = qt[g, k]
                 row = dst[k, j * TILE:(j + 1) * TILE]
-                for i in range(TILE):
-                    row[i] = a[i] * np.float32(src[i]) - c[i]
+                if bits == 4:
+                    src = qt[g, k // 2]
+                    sh = np.uint8(4 * (k % 2))
+                    for i in range(TILE):
+                        row[i] = a[i] * np.float32((src[i] >> sh) & np.uint8(15)) - c[i]
+                else:
+                    src8 = qt[g, k]
+                    for i in range(TILE):
+                        row[i] = a[i] * np.float32(src8[i]) - c[i]
 
 
 def packed_linear(x: np.ndarray, w, out: np.ndarray) -> None:
     """FastOps slot: out (R, N) = x (R, K) @ w^T for a PackedWeight w; x and out C-contiguous float32."""
     n_len, k_len = w.shape
     if x.shape[0] <= MAX_ROWS:
-        packed_rows(x, w.qt, w.st, w.ot, w.block, n_len, out)
+        packed_rows(x, *w.tiles, w.block, w.per, w.bits, n_len, out)
         return
     groups = w.qt.shape[0]
     tmp = np.empty((k_len, min(CHUNK_TILES, groups) * TILE), dtype=np.float32)
     for first in range(0, groups, CHUNK_TILES):
         m = min(CHUNK_TILES, groups - first)
-        rebuild_tiles(w.qt, w.st, w.ot, w.block, first, tmp[:, :m * TILE])
+        rebuild_tiles(*w.tiles, w.block, w.per, w.bits, first, tmp[:, :m * TILE])
         col = first * TILE
         cols = min(n_len, col + m * TILE) - col
         # into a contiguous result first: numpy's matmul skips BLAS for a strided `out`
