@@ -43,7 +43,10 @@ class PackedWeight:
     Storage is tiled: TILE consecutive weight rows are interleaved, so that for every input k the codes
     of those rows lie next to each other and a vector instruction serves several adjacent outputs.
         bits 8:  qt[g, k, i]      = q[g * TILE + i, k]                          (G, K, TILE) int8
-        bits 4:  qt[g, j, i]      = q[., 2j] | q[., 2j + 1] << 4  (same row)     (G, K / 2, TILE) uint8
+        bits 4:  qt[g, j, i]      = 8 codes of row g * TILE + i in one uint32:  (G, K / 8, TILE) uint32
+                                    byte t (0..3) = q[., 8j + t] | q[., 8j + 4 + t] << 4
+                 (one 64-byte load gives 16 rows x 8 inputs; the low nibbles of a word are 4 consecutive
+                 inputs, as an int8 dot-product instruction wants them, the high nibbles the next 4)
                  sc[g, b, i]      = sc[g * TILE + i, b]                         (G, K / block, TILE) int8
                  d[g, s, i]       = d[g * TILE + i, s]                          (G, K / (block * per), TILE) f32
                  m, dmin          like sc, d; with a second dimension of 0 when every offset is 0
@@ -72,7 +75,7 @@ class PackedWeight:
                     bits: Optional[int] = None) -> "PackedWeight":
         """From row-major codes q (N, K) int8, sc / m (N, K / block) int8 and d / dmin (N, K / (block * per))
         float32, as a GGUF file's blocks hold them (m, dmin None: no offsets). bits None: 4 if the codes
-        fit 0..15 and the block is even, else 8."""
+        fit 0..15 and the block is a multiple of 8, else 8."""
         pw = cls.__new__(cls)
         pw._from_rows(q, block, per, sc, d, m, dmin, bits)
         return pw
@@ -87,14 +90,14 @@ class PackedWeight:
             raise MiniTorchError(f"packed block {block} x {per} does not divide the {k} inputs")
         if (m is None) != (dmin is None):
             raise MiniTorchError("packed offsets need both m and dmin, or neither")
-        fits4 = block % 2 == 0 and q.size > 0 and int(q.min()) >= 0 and int(q.max()) <= 15
+        fits4 = block % 8 == 0 and q.size > 0 and int(q.min()) >= 0 and int(q.max()) <= 15
         if bits is None:
             bits = 4 if fits4 else 8
         if bits == 4 and not fits4:
-            raise MiniTorchError("4-bit packing needs codes in 0..15 and an even block")
+            raise MiniTorchError("4-bit packing needs codes in 0..15 and a block that is a multiple of 8")
         if bits not in (4, 8):
             raise MiniTorchError(f"packed bits must be 4 or 8, got {bits}")
-        codes = q if bits == 8 else (q[:, 0::2].view(np.uint8) | (q[:, 1::2].view(np.uint8) << 4)).astype(np.uint8)
+        codes = q if bits == 8 else _nibble_words(q)
         empty_i8 = np.zeros((n, 0), np.int8)
         empty_f32 = np.zeros((n, 0), np.float32)
         for label, arr, dt, cols in (("sc", sc, np.int8, k // block), ("d", d, np.float32, k // (block * per)),
@@ -116,13 +119,13 @@ class PackedWeight:
     def _set(self, qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, dmin: np.ndarray,
              block: int, per: int, bits: int, n: int) -> None:
         block, per, bits = int(block), int(per), int(bits)
-        code_dtype = {8: np.int8, 4: np.uint8}.get(bits)
+        code_dtype = {8: np.int8, 4: np.uint32}.get(bits)
         if code_dtype is None or qt.ndim != 3 or qt.dtype != code_dtype or qt.shape[2] != TILE:
             raise MiniTorchError(f"packed tiles must be {np.dtype(code_dtype) if code_dtype else '?'} "
                                  f"(groups, K, {TILE}) for bits {bits}, got {qt.dtype} {qt.shape}")
         groups, kc, _ = qt.shape
-        k = kc * 8 // bits
-        if block < 1 or per < 1 or k % (block * per) or (bits == 4 and block % 2):
+        k = kc * (8 if bits == 4 else 1)
+        if block < 1 or per < 1 or k % (block * per) or (bits == 4 and block % 8):
             raise MiniTorchError(f"packed block {block} x {per} does not divide the {k} inputs")
         if not (groups - 1) * TILE < n <= groups * TILE:
             raise MiniTorchError(f"{groups} tiles of {TILE} rows cannot hold {n} rows")
@@ -169,7 +172,7 @@ class PackedWeight:
         g, lane = ids // TILE, ids % TILE
         q = self.qt[g, :, lane]
         if self.bits == 4:
-            q = np.stack([q & 15, q >> 4], axis=-1).reshape(len(ids), -1).astype(np.int8)
+            q = _nibble_codes(q)
         return (q,) + tuple(a[g, :, lane] for a in (self.sc, self.d, self.m, self.dmin))
 
     def codes(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -228,6 +231,19 @@ class PackedWeight:
     def __repr__(self) -> str:
         return (f"PackedWeight(shape={self.shape}, block={self.block}x{self.per}, {self.bits}-bit codes, "
                 f"{self.nbytes / 2**20:.1f} MiB)")
+
+
+def _nibble_words(q: np.ndarray) -> np.ndarray:
+    """(N, K) codes 0..15 -> (N, K / 8) uint32: byte t of word j = q[8j + t] | q[8j + 4 + t] << 4."""
+    n, k = q.shape
+    b = q.astype(np.uint8).reshape(n, k // 8, 2, 4)
+    return np.ascontiguousarray(b[:, :, 0] | (b[:, :, 1] << 4)).view(np.uint32).reshape(n, k // 8)
+
+
+def _nibble_codes(words: np.ndarray) -> np.ndarray:
+    """Inverse of _nibble_words: (N, K / 8) uint32 -> (N, K) int8."""
+    b = np.ascontiguousarray(words).view(np.uint8).reshape(words.shape[0], -1, 1, 4)
+    return np.concatenate([b & 15, b >> 4], axis=2).reshape(words.shape[0], -1).astype(np.int8)
 
 
 def _tile(a: np.ndarray) -> np.ndarray:

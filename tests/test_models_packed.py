@@ -41,7 +41,7 @@ def test_packed_form_rebuilds_gguf_dequantization_bit_for_bit(qtype: str) -> Non
     raw = random_blocks(qtype, n, k, seed=len(qtype) + ord(qtype[1]))
     want = gguf.quants.dequantize(raw, GGMLQuantizationType[qtype]).reshape(n, k)
     pw = pack_raw(qtype, raw, (n, k))
-    assert pw.qt.dtype == (np.uint8 if qtype in ("Q4_K", "Q4_1") else np.int8) and pw.block in (16, 32)
+    assert pw.qt.dtype == (np.uint32 if qtype in ("Q4_K", "Q4_1") else np.int8) and pw.block in (16, 32)
     assert np.array_equal(pw.dequantize(), want), f"{qtype}: packed values differ from gguf's dequantization"
     assert np.array_equal(pw.rows(np.array([[4, 0]])), want[[4, 0]][None])  # embedding rows
 
@@ -320,7 +320,7 @@ def test_exactness_checks_catch_a_broken_packing() -> None:
     want = gguf.quants.dequantize(raw, GGMLQuantizationType.Q4_K).reshape(n, k)
     pw = pack_raw("Q4_K", raw, (n, k))
     assert np.array_equal(one_hot_readout(pw), want)
-    swapped = ((pw.qt >> 4) | (pw.qt << 4)).astype(np.uint8)
+    swapped = ((pw.qt >> 4) & np.uint32(0x0F0F0F0F)) | ((pw.qt << 4) & np.uint32(0xF0F0F0F0))
     broken = PackedWeight.from_tiles(swapped, *pw.tiles[1:], pw.block, pw.per, pw.bits, n)
     assert not np.array_equal(one_hot_readout(broken), want)
     shifted = np.ascontiguousarray(np.roll(pw.d, 1, axis=1))  # block b under super-block b // per - 1

@@ -32,8 +32,8 @@ from ..tensor_data import MiniTorchError
 from .errors import ModelLoadError
 
 PACKED_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
-PACKED_FORMAT = 3  # bump when the cached layout changes (2: tiled codes, self-contained folder; 3: nibbles,
-#                   int8 block scales under float32 super-block factors)
+PACKED_FORMAT = 4  # bump when the cached layout changes (2: tiled codes, self-contained folder; 3: nibbles,
+#                   int8 block scales under float32 super-block factors; 4: nibbles as uint32 words of 8)
 _PARTS = ("q", "sc", "d", "m", "dmin")  # the tiled arrays of a PackedWeight, as PackedWeight.tiles orders them
 
 _ONE_F16 = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)  # fp16 1.0 as its two bytes
