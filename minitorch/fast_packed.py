@@ -6,11 +6,17 @@ lane i and activation row r, one fused multiply-add per input, in input order:
 
     part[r, i] = fma(q[i, k], x[r, k], part[r, i])       for k = first .. last input of b
 
-(fma(a, b, c) = a * b + c rounded once; the loop over the TILE lanes is what vectorizes: one int8 ->
-float32 convert and one vfmadd per 8 lanes, no horizontal sums), then folds the block's scale and
-offset in once:
+(fma(a, b, c) = a * b + c rounded once; the loop over the TILE lanes is what vectorizes: one code ->
+float32 convert and one vfmadd per 16 lanes, no horizontal sums; 4-bit codes come 8 inputs to a uint32
+word, unpacked by shift and mask, and taken in the same input order), then folds the block's scale
+(d * sc) and offset (dmin * m) in once:
 
     acc[r, i] += scale[i, b] * part[r, i] - offset[i, b] * sum_k x[r, k]     (same as sum of w[i, k] x[r, k])
+
+The chain is the same whether the codes are nibbles or int8 and whatever the scales are stored as, so
+the nibble form gives the previous int8 form's bits (tests/test_models_packed.py). It is compute-bound:
+one convert and one fma per weight and row; the int8-activation mode below replaces them by integer
+dot products.
 
 The weight is read from memory once per call whatever R is, at 1 + 8/block bytes per element instead of
 float32's 4. The loop takes inputs two at a time (part is loaded and stored once per pair) and LLVM
@@ -37,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .packed import TILE
@@ -56,6 +63,87 @@ def fma(typingctx, a, b, c):  # pragma: no cover - numba
         f32 = ir.FloatType()
         fn = builder.module.declare_intrinsic("llvm.fma", [f32], ir.FunctionType(f32, [f32, f32, f32]))
         return builder.call(fn, args)
+
+    return sig, codegen
+
+
+def _vec_ptr(context, builder, aryty, ary, off, vty):
+    """Pointer to the vector type vty at element `off` of a C-contiguous array."""
+    a = context.make_array(aryty)(context, builder, ary)
+    return builder.bitcast(builder.gep(a.data, [off]), vty.as_pointer())
+
+
+def _splat(builder, v, vty):
+    i32 = ir.IntType(32)
+    u = builder.insert_element(ir.Constant(vty, ir.Undefined), v, ir.Constant(i32, 0))
+    return builder.shuffle_vector(u, ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(i32, vty.count), [ir.Constant(i32, 0)] * vty.count))
+
+
+@intrinsic
+def _fma_words(typingctx, part, part_off, w, w_off, stride, nwords, x, x_off):  # pragma: no cover - numba
+    """For 16 lanes: part.flat[part_off:+16] (float32) = the fma chain over nwords uint32 code words
+    w.flat[w_off + t * stride + lane] (8 nibbles each, inputs 8t..8t+7 in order: low nibbles of bytes
+    0..3, then their high nibbles) times x.flat[x_off + 8t + 0..7]: one fma per input, rounded once."""
+    sig = types.void(part, types.intp, w, types.intp, types.intp, types.intp, x, types.intp)
+
+    def codegen(context, builder, signature, args):
+        f32, i32 = ir.FloatType(), ir.IntType(32)
+        vf, vi = ir.VectorType(f32, 16), ir.VectorType(i32, 16)
+        ppart = _vec_ptr(context, builder, signature.args[0], args[0], args[1], vf)
+        xa = context.make_array(signature.args[6])(context, builder, args[6])
+        wa = context.make_array(signature.args[2])(context, builder, args[2])
+        fma_v = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v16f32")
+        slot = cgutils.alloca_once(builder, vf)
+        builder.store(builder.load(ppart, align=4), slot)
+        mask = ir.Constant(vi, [ir.Constant(i32, 15)] * 16)
+        with cgutils.for_range(builder, args[5]) as loop:
+            t = loop.index
+            wp = builder.bitcast(builder.gep(wa.data, [builder.add(args[3], builder.mul(t, args[4]))]), vi.as_pointer())
+            wv = builder.load(wp, align=4)
+            acc = builder.load(slot)
+            base = builder.add(args[7], builder.mul(t, ir.Constant(t.type, 8)))
+            for n, sh in enumerate((0, 8, 16, 24, 4, 12, 20, 28)):
+                c = builder.and_(builder.lshr(wv, ir.Constant(vi, [ir.Constant(i32, sh)] * 16)), mask)
+                xv = builder.load(builder.gep(xa.data, [builder.add(base, ir.Constant(t.type, n))]))
+                acc = builder.call(fma_v, [builder.sitofp(c, vf), _splat(builder, xv, vf), acc])
+            builder.store(acc, slot)
+        builder.store(builder.load(slot), ppart, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _dot_words(typingctx, isum, isum_off, w, w_off, stride, nwords, xq, x_off):  # pragma: no cover - numba
+    """For 16 lanes: isum.flat[isum_off:+16] (int32) = sum over nwords uint32 code words w.flat[w_off +
+    t * stride + lane] of their 4 low nibbles times the int8 bytes of xq.flat[x_off + 2t] (int32 view) and
+    their 4 high nibbles times those of xq.flat[x_off + 2t + 1]: AVX512-VNNI vpdpbusd, exact."""
+    sig = types.void(isum, types.intp, w, types.intp, types.intp, types.intp, xq, types.intp)
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        vi = ir.VectorType(i32, 16)
+        pout = _vec_ptr(context, builder, signature.args[0], args[0], args[1], vi)
+        xa = context.make_array(signature.args[6])(context, builder, args[6])
+        wa = context.make_array(signature.args[2])(context, builder, args[2])
+        dp = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.512", [], ir.FunctionType(vi, [vi, vi, vi]))
+        slot = cgutils.alloca_once(builder, vi)
+        builder.store(ir.Constant(vi, [ir.Constant(i32, 0)] * 16), slot)
+        mask = ir.Constant(vi, [ir.Constant(i32, 0x0F0F0F0F)] * 16)
+        four = ir.Constant(vi, [ir.Constant(i32, 4)] * 16)
+        with cgutils.for_range(builder, args[5]) as loop:
+            t = loop.index
+            wp = builder.bitcast(builder.gep(wa.data, [builder.add(args[3], builder.mul(t, args[4]))]), vi.as_pointer())
+            wv = builder.load(wp, align=4)
+            xo = builder.add(args[7], builder.mul(t, ir.Constant(t.type, 2)))
+            xlo = builder.load(builder.gep(xa.data, [xo]))
+            xhi = builder.load(builder.gep(xa.data, [builder.add(xo, ir.Constant(t.type, 1))]))
+            acc = builder.load(slot)
+            acc = builder.call(dp, [acc, builder.and_(wv, mask), _splat(builder, xlo, vi)])
+            acc = builder.call(dp, [acc, builder.and_(builder.lshr(wv, four), mask), _splat(builder, xhi, vi)])
+            builder.store(acc, slot)
+        builder.store(builder.load(slot), pout, align=4)
+        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -80,7 +168,8 @@ def packed_rows(x: np.ndarray, qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m:
     """out (R, n_len) = x (R, K) @ w^T for the tiles of a PackedWeight (packed.py): codes qt (int8, or
     uint32 words of 8 nibbles for bits 4), block scales sc / m under super-block factors d / dmin."""
     groups = qt.shape[0]
-    k_len = qt.shape[1] * (8 if bits == 4 else 1)
+    nw = qt.shape[1]
+    k_len = nw * (8 if bits == 4 else 1)
     rows = x.shape[0]
     has_off = m.shape[1] > 0
     xs = _block_sums(x, block)
@@ -94,20 +183,10 @@ def packed_rows(x: np.ndarray, qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m:
             k0 = b * block
             part[:] = 0
             if bits == 4:  # a uint32 word holds 8 inputs of one row (packed.py); taken in input order
-                for j in range(k0 // 8, (k0 + block) // 8):
-                    for r in range(rows):
-                        x0, x1, x2, x3 = x[r, 8 * j], x[r, 8 * j + 1], x[r, 8 * j + 2], x[r, 8 * j + 3]
-                        x4, x5, x6, x7 = x[r, 8 * j + 4], x[r, 8 * j + 5], x[r, 8 * j + 6], x[r, 8 * j + 7]
-                        for i in range(TILE):
-                            c = np.int32(qt[g, j, i])
-                            p = fma(np.float32(c & 15), x0, part[r, i])
-                            p = fma(np.float32((c >> 8) & 15), x1, p)
-                            p = fma(np.float32((c >> 16) & 15), x2, p)
-                            p = fma(np.float32((c >> 24) & 15), x3, p)
-                            p = fma(np.float32((c >> 4) & 15), x4, p)
-                            p = fma(np.float32((c >> 12) & 15), x5, p)
-                            p = fma(np.float32((c >> 20) & 15), x6, p)
-                            part[r, i] = fma(np.float32((c >> 28) & 15), x7, p)
+                for r in range(rows):
+                    for i0 in range(0, TILE, 16):
+                        _fma_words(part, r * TILE + i0, qt, (g * nw + k0 // 8) * TILE + i0, TILE, block // 8,
+                                   x, r * k_len + k0)
             else:
                 for k in range(k0, k0 + pairs_end, 2):
                     for r in range(rows):
@@ -212,39 +291,6 @@ def has_vnni() -> bool:
     return bool(ll.get_host_cpu_features().get("avx512vnni", False))
 
 
-@intrinsic
-def _dp16(typingctx, acc, acc_off, w, w_off, xlo, xhi):  # pragma: no cover - numba
-    """acc.flat[acc_off:+16] (int32) += for each of 16 lanes: the 4 low nibbles of w.flat[w_off + lane]
-    (uint32) times the 4 int8 bytes of xlo, plus its 4 high nibbles times those of xhi (two vpdpbusd)."""
-    sig = types.void(acc, types.intp, w, types.intp, types.int32, types.int32)
-
-    def codegen(context, builder, signature, args):
-        acc_a = context.make_array(signature.args[0])(context, builder, args[0])
-        w_a = context.make_array(signature.args[2])(context, builder, args[2])
-        i32 = ir.IntType(32)
-        v16 = ir.VectorType(i32, 16)
-        pacc = builder.bitcast(builder.gep(acc_a.data, [args[1]]), v16.as_pointer())
-        pw = builder.bitcast(builder.gep(w_a.data, [args[3]]), v16.as_pointer())
-        a = builder.load(pacc, align=4)
-        wv = builder.load(pw, align=4)
-        mask = ir.Constant(v16, [ir.Constant(i32, 0x0F0F0F0F)] * 16)
-        lo = builder.and_(wv, mask)
-        hi = builder.and_(builder.lshr(wv, ir.Constant(v16, [ir.Constant(i32, 4)] * 16)), mask)
-        zeros = ir.Constant(v16, [ir.Constant(i32, 0)] * 16)
-
-        def splat(v):
-            u = builder.insert_element(ir.Constant(v16, ir.Undefined), v, ir.Constant(i32, 0))
-            return builder.shuffle_vector(u, ir.Constant(v16, ir.Undefined), zeros)
-
-        fn = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.512", [], ir.FunctionType(v16, [v16, v16, v16]))
-        a = builder.call(fn, [a, lo, splat(args[4])])
-        a = builder.call(fn, [a, hi, splat(args[5])])
-        builder.store(a, pacc, align=4)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
 @njit(cache=True)
 def quantize_rows(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """(xq int8 (R, K), xd float32 (R, K / block), xs float32 (R, K / block)): per block of each row,
@@ -286,13 +332,10 @@ def packed_rows_q8(xq32: np.ndarray, xd: np.ndarray, xs: np.ndarray, qt: np.ndar
         scale = np.empty(TILE, dtype=np.float32)
         offset = np.zeros(TILE, dtype=np.float32)
         for b in range(k_len // block):
-            isum[:] = 0
-            for j in range(b * block // 8, (b + 1) * block // 8):
-                for r in range(rows):
-                    xlo = xq32[r, 2 * j]
-                    xhi = xq32[r, 2 * j + 1]
-                    for i0 in range(0, TILE, 16):
-                        _dp16(isum, r * TILE + i0, qt, (g * nw + j) * TILE + i0, xlo, xhi)
+            for r in range(rows):
+                for i0 in range(0, TILE, 16):
+                    _dot_words(isum, r * TILE + i0, qt, (g * nw + b * block // 8) * TILE + i0, TILE, block // 8,
+                               xq32, r * (k_len // 4) + b * block // 4)
             s = b // per
             for i in range(TILE):
                 scale[i] = d[g, s, i] * np.float32(sc[g, b, i])

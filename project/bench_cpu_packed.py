@@ -35,7 +35,7 @@ from numba import njit, prange
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from minitorch.fast_packed import _block_sums, fma  # noqa: E402
-from minitorch.packed import TILE, PackedWeight  # noqa: E402
+from minitorch.packed import TILE, PackedWeight, _nibble_codes  # noqa: E402
 
 MODELS = {"draft": "qwen2.5-coder-0.5b-instruct", "target": "qwen2.5-coder-1.5b-instruct"}
 QUESTION = ("Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins "
@@ -84,7 +84,9 @@ def old_form(pw: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(qt int8 (G, K, TILE), st, ot float32 (G, K / block, TILE)): the previous tiled layout, same values."""
     qt = pw.qt
     if pw.bits == 4:
-        qt = np.stack([qt & 15, qt >> 4], axis=2).reshape(qt.shape[0], -1, TILE).astype(np.int8)
+        g, kw, _ = qt.shape
+        rows = _nibble_codes(np.ascontiguousarray(qt.transpose(0, 2, 1)).reshape(g * TILE, kw))  # (G*TILE, K)
+        qt = rows.reshape(g, TILE, kw * 8).transpose(0, 2, 1)
     st = np.repeat(pw.d, pw.per, axis=1) * pw.sc.astype(np.float32)
     ot = (np.repeat(pw.dmin, pw.per, axis=1) * pw.m.astype(np.float32) if pw.has_offset
           else np.zeros_like(st))
@@ -97,6 +99,45 @@ def forward_weights(model: Any) -> list[PackedWeight]:
     return [w for w in mats + [head] if isinstance(w, PackedWeight)]
 
 
+def agreement(model: Any, tok: Any, args: argparse.Namespace, fast_packed: Any) -> None:
+    """Top-1 agreement, int8 activations vs float32, at every position of prompt + gold answer (the answer
+    cut to --positions tokens), each sequence run through the cache in chunks of 16 tokens so every
+    product takes the row kernels (the float chunks reproduce the float decode steps bit for bit)."""
+    import minitorch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from evaluation_data import build_prompt, load_problems, read_json_rows
+
+    rows = read_json_rows(args.data_file)[:args.agreement]
+    probs = load_problems(data_file=args.data_file)[:args.agreement]
+    total = agree = answer_total = answer_agree = 0
+    t0 = time.perf_counter()
+    for prob, row in zip(probs, rows):
+        prompt = tok.encode(build_prompt(tok, prob.question))
+        answer = tok.encode(str(row.get("answer", "")))[:args.positions]
+        ids = prompt + answer
+        tops = {}
+        for mode in ("float32", "int8"):
+            old = fast_packed.set_activations(mode)
+            try:
+                with minitorch.no_grad():
+                    cache = model.new_cache(len(ids) + 1)
+                    got = []
+                    for c0 in range(0, len(ids), 16):
+                        got.append(model(ids[c0:c0 + 16], cache).to_numpy()[0].argmax(-1))
+            finally:
+                fast_packed.set_activations(old)
+            tops[mode] = np.concatenate(got)
+        same = tops["float32"] == tops["int8"]
+        total += len(ids)
+        agree += int(same.sum())
+        answer_total += len(answer)
+        answer_agree += int(same[len(prompt):].sum())
+    print(f"int8 vs float32 top-1 agreement: {agree}/{total} = {agree / total:.4f} over all positions, "
+          f"{answer_agree}/{answer_total} = {answer_agree / max(answer_total, 1):.4f} over the answer positions "
+          f"({len(probs)} questions, {time.perf_counter() - t0:.0f} s)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="target", help="draft, target, a registry name or a GGUF path")
@@ -106,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode-rounds", type=int, default=4)
     ap.add_argument("--data-file", type=Path, default=None, help="GSM8K JSONL; its first question is the prompt")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--int8", action="store_true", help="also time the int8-activation (VNNI) mode (4-bit weights)")
+    ap.add_argument("--agreement", type=int, default=0, metavar="N",
+                    help="top-1 agreement of the int8 mode with the float mode over the first N questions of "
+                         "--data-file, teacher-forced on prompt + gold answer (at most --positions answer tokens)")
+    ap.add_argument("--positions", type=int, default=256)
     args = ap.parse_args(argv)
     try:
         rows_list = [int(r) for r in args.rows.split(",")]
@@ -115,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--rows in 1..16, --rounds and --decode-rounds >= 1, --tokens >= 0")
     if args.data_file is not None and not args.data_file.is_file():
         ap.error(f"--data-file {args.data_file} does not exist")
+    if args.agreement and args.data_file is None:
+        ap.error("--agreement needs --data-file")
 
     import numba
 
@@ -141,6 +189,16 @@ def main(argv: list[str] | None = None) -> int:
         qt, st, ot = olds[id(w)]
         old_packed_rows(x, qt, st, ot, w.block, w.shape[0], out)
 
+    def run_int8(x: np.ndarray, w: PackedWeight, out: np.ndarray) -> None:
+        if w.bits == 4:
+            fast_packed.packed_linear_q8(x, w, out)
+        else:
+            run_new(x, w, out)
+
+    variants = {"new": run_new, "old": run_old}
+    if args.int8:
+        variants["int8"] = run_int8
+    names = list(variants)
     rng = np.random.default_rng(0)
     for rows in rows_list:
         xs = [rng.standard_normal((rows, w.shape[1])).astype(np.float32) for w in weights]
@@ -152,22 +210,29 @@ def main(argv: list[str] | None = None) -> int:
             if not np.array_equal(o, o2):
                 print(f"error: new and old kernels differ on a {w.shape} product", file=sys.stderr)
                 return 1
-        times: dict[str, list[float]] = {"new": [], "old": []}
-        cpu: dict[str, list[float]] = {"new": [], "old": []}
+            if args.int8:
+                run_int8(x, w, o2)
+        times: dict[str, list[float]] = {k: [] for k in names}
+        cpu: dict[str, list[float]] = {k: [] for k in names}
         for rnd in range(args.rounds):
-            order = (("new", run_new), ("old", run_old)) if rnd % 2 == 0 else (("old", run_old), ("new", run_new))
-            for label, fn in order:
+            order = names[rnd % len(names):] + names[:rnd % len(names)]  # rotate who goes first
+            for label in order:
+                fn = variants[label]
                 t, c = time.perf_counter(), time.process_time()
                 for x, w, o in zip(xs, weights, outs):
                     fn(x, w, o)
                 times[label].append(time.perf_counter() - t)
                 cpu[label].append(time.process_time() - c)
         for what, tt in (("wall", times), ("cpu", cpu)):
-            ratios = [o / n for n, o in zip(tt["new"], tt["old"])]
-            print(f"rows {rows:2d} {what:4s}: per-forward products new {1e3 * statistics.median(tt['new']):7.1f} ms, "
-                  f"old {1e3 * statistics.median(tt['old']):7.1f} ms, old/new paired median "
-                  f"{statistics.median(ratios):.3f} (min {min(ratios):.3f} max {max(ratios):.3f}, {args.rounds} rounds), "
-                  f"loadavg {os.getloadavg()[0]:.2f}", flush=True)
+            line = f"rows {rows:2d} {what:4s}: per-forward products ms " + ", ".join(
+                f"{k} {1e3 * statistics.median(tt[k]):7.1f}" for k in names)
+            for k in names[1:]:
+                ratios = [o / n for n, o in zip(tt["new"], tt[k])]
+                line += f"; {k}/new paired median {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
+            print(line + f"; {args.rounds} rounds, loadavg {os.getloadavg()[0]:.2f}", flush=True)
+
+    if args.agreement:
+        agreement(model, tok, args, fast_packed)
 
     if args.tokens:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -195,21 +260,28 @@ def main(argv: list[str] | None = None) -> int:
                     out.append(nxt)
                 return (args.tokens - 1) / (time.perf_counter() - t), out
 
-        speeds: dict[str, list[float]] = {"new": [], "old": []}
+        speeds: dict[str, list[float]] = {k: [] for k in names}
         tokens: dict[str, list[int]] = {}
         try:
             for rnd in range(args.decode_rounds):
-                for label in (("new", "old") if rnd % 2 == 0 else ("old", "new")):
-                    backend.packed_linear = new_slot if label == "new" else old_slot
+                for label in names[rnd % len(names):] + names[:rnd % len(names)]:
+                    backend.packed_linear = old_slot if label == "old" else new_slot
+                    fast_packed.set_activations("int8" if label == "int8" else "float32")
                     tps, out = decode()
                     speeds[label].append(tps)
                     tokens[label] = out
         finally:
             backend.packed_linear = new_slot
+            fast_packed.set_activations("float32")
         same = tokens["new"] == tokens["old"]
-        print(f"decode {args.tokens} tokens, prompt {len(ids)}: new {statistics.median(speeds['new']):.2f} tok/s, "
-              f"old {statistics.median(speeds['old']):.2f} tok/s, new/old {statistics.median(speeds['new']) / statistics.median(speeds['old']):.3f} "
-              f"({args.decode_rounds} rounds each), tokens identical: {same}, loadavg {os.getloadavg()[0]:.2f}")
+        med = {k: statistics.median(v) for k, v in speeds.items()}
+        line = (f"decode {args.tokens} tokens, prompt {len(ids)}: " + ", ".join(f"{k} {med[k]:.2f} tok/s" for k in names)
+                + "; " + ", ".join(f"{k}/new {med[k] / med['new']:.3f}" for k in names[1:])
+                + f" ({args.decode_rounds} rounds each), old == new tokens: {same}")
+        if "int8" in tokens:
+            n_same = next((i for i, (a, b) in enumerate(zip(tokens["int8"], tokens["new"])) if a != b), len(tokens["new"]))
+            line += f", int8 follows float for {n_same}/{len(tokens['new'])} tokens"
+        print(line + f", loadavg {os.getloadavg()[0]:.2f}", flush=True)
         if not same:
             return 1
     return 0
