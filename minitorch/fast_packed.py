@@ -80,69 +80,80 @@ def _splat(builder, v, vty):
 
 
 @intrinsic
-def _fma_words(typingctx, part, part_off, w, w_off, stride, nwords, x, x_off):  # pragma: no cover - numba
-    """For 16 lanes: part.flat[part_off:+16] (float32) = the fma chain over nwords uint32 code words
-    w.flat[w_off + t * stride + lane] (8 nibbles each, inputs 8t..8t+7 in order: low nibbles of bytes
-    0..3, then their high nibbles) times x.flat[x_off + 8t + 0..7]: one fma per input, rounded once."""
-    sig = types.void(part, types.intp, w, types.intp, types.intp, types.intp, x, types.intp)
+def _fma_words(typingctx, part, part_off, rows, w, w_off, stride, nwords, x, x_off, x_stride):  # pragma: no cover
+    """For 16 lanes and each row r < rows: part.flat[part_off + r * 128 : +16] (float32) continues its fma
+    chain over nwords uint32 code words w.flat[w_off + t * stride + lane] (8 nibbles each, inputs 8t..8t+7
+    in order: low nibbles of bytes 0..3, then their high nibbles) times x.flat[x_off + r * x_stride + 8t +
+    0..7]: one fma per input, rounded once. A word is unpacked once for all rows."""
+    sig = types.void(part, types.intp, types.intp, w, types.intp, types.intp, types.intp, x, types.intp, types.intp)
 
     def codegen(context, builder, signature, args):
+        part_v, part_off_v, rows_v, w_v, w_off_v, stride_v, nwords_v, x_v, x_off_v, x_stride_v = args
         f32, i32 = ir.FloatType(), ir.IntType(32)
         vf, vi = ir.VectorType(f32, 16), ir.VectorType(i32, 16)
-        ppart = _vec_ptr(context, builder, signature.args[0], args[0], args[1], vf)
-        xa = context.make_array(signature.args[6])(context, builder, args[6])
-        wa = context.make_array(signature.args[2])(context, builder, args[2])
+        pa = context.make_array(signature.args[0])(context, builder, part_v)
+        xa = context.make_array(signature.args[7])(context, builder, x_v)
+        wa = context.make_array(signature.args[3])(context, builder, w_v)
         fma_v = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v16f32")
-        slot = cgutils.alloca_once(builder, vf)
-        builder.store(builder.load(ppart, align=4), slot)
         mask = ir.Constant(vi, [ir.Constant(i32, 15)] * 16)
-        with cgutils.for_range(builder, args[5]) as loop:
-            t = loop.index
-            wp = builder.bitcast(builder.gep(wa.data, [builder.add(args[3], builder.mul(t, args[4]))]), vi.as_pointer())
+        ity = part_off_v.type
+        with cgutils.for_range(builder, nwords_v) as wl:
+            t = wl.index
+            wp = builder.bitcast(builder.gep(wa.data, [builder.add(w_off_v, builder.mul(t, stride_v))]), vi.as_pointer())
             wv = builder.load(wp, align=4)
-            acc = builder.load(slot)
-            base = builder.add(args[7], builder.mul(t, ir.Constant(t.type, 8)))
-            for n, sh in enumerate((0, 8, 16, 24, 4, 12, 20, 28)):
-                c = builder.and_(builder.lshr(wv, ir.Constant(vi, [ir.Constant(i32, sh)] * 16)), mask)
-                xv = builder.load(builder.gep(xa.data, [builder.add(base, ir.Constant(t.type, n))]))
-                acc = builder.call(fma_v, [builder.sitofp(c, vf), _splat(builder, xv, vf), acc])
-            builder.store(acc, slot)
-        builder.store(builder.load(slot), ppart, align=4)
+            codes = [builder.sitofp(builder.and_(builder.lshr(wv, ir.Constant(vi, [ir.Constant(i32, sh)] * 16)), mask), vf)
+                     for sh in (0, 8, 16, 24, 4, 12, 20, 28)]
+            with cgutils.for_range(builder, rows_v) as rl:
+                r = rl.index
+                pp = builder.bitcast(builder.gep(pa.data, [builder.add(part_off_v, builder.mul(r, ir.Constant(ity, 128)))]),
+                                     vf.as_pointer())
+                acc = builder.load(pp, align=4)
+                base = builder.add(builder.add(x_off_v, builder.mul(r, x_stride_v)), builder.mul(t, ir.Constant(ity, 8)))
+                for n, c in enumerate(codes):
+                    xv = builder.load(builder.gep(xa.data, [builder.add(base, ir.Constant(ity, n))]))
+                    acc = builder.call(fma_v, [c, _splat(builder, xv, vf), acc])
+                builder.store(acc, pp, align=4)
         return context.get_dummy_value()
 
     return sig, codegen
 
 
 @intrinsic
-def _dot_words(typingctx, isum, isum_off, w, w_off, stride, nwords, xq, x_off):  # pragma: no cover - numba
-    """For 16 lanes: isum.flat[isum_off:+16] (int32) = sum over nwords uint32 code words w.flat[w_off +
-    t * stride + lane] of their 4 low nibbles times the int8 bytes of xq.flat[x_off + 2t] (int32 view) and
-    their 4 high nibbles times those of xq.flat[x_off + 2t + 1]: AVX512-VNNI vpdpbusd, exact."""
-    sig = types.void(isum, types.intp, w, types.intp, types.intp, types.intp, xq, types.intp)
+def _dot_words(typingctx, isum, isum_off, rows, w, w_off, stride, nwords, xq, x_off, x_stride):  # pragma: no cover
+    """For 16 lanes and each row r < rows: isum.flat[isum_off + r * 128 : +16] (int32) += sum over nwords
+    uint32 code words w.flat[w_off + t * stride + lane] of their 4 low nibbles times the int8 bytes of
+    xq.flat[x_off + r * x_stride + 2t] (an int32 view) and their 4 high nibbles times those of the next
+    word: AVX512-VNNI vpdpbusd (unsigned x signed bytes, summed in int32), exact."""
+    sig = types.void(isum, types.intp, types.intp, w, types.intp, types.intp, types.intp, xq, types.intp, types.intp)
 
     def codegen(context, builder, signature, args):
+        isum_v, isum_off_v, rows_v, w_v, w_off_v, stride_v, nwords_v, x_v, x_off_v, x_stride_v = args
         i32 = ir.IntType(32)
         vi = ir.VectorType(i32, 16)
-        pout = _vec_ptr(context, builder, signature.args[0], args[0], args[1], vi)
-        xa = context.make_array(signature.args[6])(context, builder, args[6])
-        wa = context.make_array(signature.args[2])(context, builder, args[2])
+        ia = context.make_array(signature.args[0])(context, builder, isum_v)
+        xa = context.make_array(signature.args[7])(context, builder, x_v)
+        wa = context.make_array(signature.args[3])(context, builder, w_v)
         dp = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.512", [], ir.FunctionType(vi, [vi, vi, vi]))
-        slot = cgutils.alloca_once(builder, vi)
-        builder.store(ir.Constant(vi, [ir.Constant(i32, 0)] * 16), slot)
         mask = ir.Constant(vi, [ir.Constant(i32, 0x0F0F0F0F)] * 16)
         four = ir.Constant(vi, [ir.Constant(i32, 4)] * 16)
-        with cgutils.for_range(builder, args[5]) as loop:
-            t = loop.index
-            wp = builder.bitcast(builder.gep(wa.data, [builder.add(args[3], builder.mul(t, args[4]))]), vi.as_pointer())
+        ity = isum_off_v.type
+        with cgutils.for_range(builder, nwords_v) as wl:
+            t = wl.index
+            wp = builder.bitcast(builder.gep(wa.data, [builder.add(w_off_v, builder.mul(t, stride_v))]), vi.as_pointer())
             wv = builder.load(wp, align=4)
-            xo = builder.add(args[7], builder.mul(t, ir.Constant(t.type, 2)))
-            xlo = builder.load(builder.gep(xa.data, [xo]))
-            xhi = builder.load(builder.gep(xa.data, [builder.add(xo, ir.Constant(t.type, 1))]))
-            acc = builder.load(slot)
-            acc = builder.call(dp, [acc, builder.and_(wv, mask), _splat(builder, xlo, vi)])
-            acc = builder.call(dp, [acc, builder.and_(builder.lshr(wv, four), mask), _splat(builder, xhi, vi)])
-            builder.store(acc, slot)
-        builder.store(builder.load(slot), pout, align=4)
+            lo = builder.and_(wv, mask)
+            hi = builder.and_(builder.lshr(wv, four), mask)
+            with cgutils.for_range(builder, rows_v) as rl:
+                r = rl.index
+                pp = builder.bitcast(builder.gep(ia.data, [builder.add(isum_off_v, builder.mul(r, ir.Constant(ity, 128)))]),
+                                     vi.as_pointer())
+                xo = builder.add(builder.add(x_off_v, builder.mul(r, x_stride_v)), builder.mul(t, ir.Constant(ity, 2)))
+                xlo = builder.load(builder.gep(xa.data, [xo]))
+                xhi = builder.load(builder.gep(xa.data, [builder.add(xo, ir.Constant(ity, 1))]))
+                acc = builder.load(pp, align=4)
+                acc = builder.call(dp, [acc, lo, _splat(builder, xlo, vi)])
+                acc = builder.call(dp, [acc, hi, _splat(builder, xhi, vi)])
+                builder.store(acc, pp, align=4)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -183,10 +194,8 @@ def packed_rows(x: np.ndarray, qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m:
             k0 = b * block
             part[:] = 0
             if bits == 4:  # a uint32 word holds 8 inputs of one row (packed.py); taken in input order
-                for r in range(rows):
-                    for i0 in range(0, TILE, 16):
-                        _fma_words(part, r * TILE + i0, qt, (g * nw + k0 // 8) * TILE + i0, TILE, block // 8,
-                                   x, r * k_len + k0)
+                for i0 in range(0, TILE, 16):
+                    _fma_words(part, i0, rows, qt, (g * nw + k0 // 8) * TILE + i0, TILE, block // 8, x, k0, k_len)
             else:
                 for k in range(k0, k0 + pairs_end, 2):
                     for r in range(rows):
@@ -332,10 +341,10 @@ def packed_rows_q8(xq32: np.ndarray, xd: np.ndarray, xs: np.ndarray, qt: np.ndar
         scale = np.empty(TILE, dtype=np.float32)
         offset = np.zeros(TILE, dtype=np.float32)
         for b in range(k_len // block):
-            for r in range(rows):
-                for i0 in range(0, TILE, 16):
-                    _dot_words(isum, r * TILE + i0, qt, (g * nw + b * block // 8) * TILE + i0, TILE, block // 8,
-                               xq32, r * (k_len // 4) + b * block // 4)
+            isum[:] = 0
+            for i0 in range(0, TILE, 16):
+                _dot_words(isum, i0, rows, qt, (g * nw + b * block // 8) * TILE + i0, TILE, block // 8,
+                           xq32, b * block // 4, k_len // 4)
             s = b // per
             for i in range(TILE):
                 scale[i] = d[g, s, i] * np.float32(sc[g, b, i])
