@@ -159,6 +159,52 @@ def _dot_words(typingctx, isum, isum_off, rows, w, w_off, stride, nwords, xq, x_
     return sig, codegen
 
 
+@intrinsic
+def _dot_bytes(typingctx, isum, isum_off, rows, w, w_off, nquads, xq, x_off, x_stride):  # pragma: no cover
+    """For 16 lanes and each row r < rows: isum.flat[isum_off + r * 128 : +16] (int32) += sum over nquads
+    groups of 4 inputs of (code + 128) * xq, the codes int8 at w.flat[w_off + (4t + u) * 128 + lane]
+    (u = 0..3: the tiled layout, 128 lanes per input), xq the int8 bytes of xq.flat[x_off + r * x_stride +
+    t] (an int32 view). The 4 codes of a lane are gathered into one dword (a byte shuffle), flipped to
+    unsigned by adding 128, and multiplied by vpdpbusd; the caller takes 128 * sum(xq) off, exact."""
+    sig = types.void(isum, types.intp, types.intp, w, types.intp, types.intp, xq, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        isum_v, isum_off_v, rows_v, w_v, w_off_v, nquads_v, x_v, x_off_v, x_stride_v = args
+        i8, i32 = ir.IntType(8), ir.IntType(32)
+        vi = ir.VectorType(i32, 16)
+        v16b, v32b, v64b = ir.VectorType(i8, 16), ir.VectorType(i8, 32), ir.VectorType(i8, 64)
+        ia = context.make_array(signature.args[0])(context, builder, isum_v)
+        xa = context.make_array(signature.args[6])(context, builder, x_v)
+        wa = context.make_array(signature.args[3])(context, builder, w_v)
+        dp = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.512", [], ir.FunctionType(vi, [vi, vi, vi]))
+        flip = ir.Constant(v64b, [ir.Constant(i8, 0x80)] * 64)
+        cat = ir.Constant(ir.VectorType(i32, 32), [ir.Constant(i32, j) for j in range(32)])
+        # bytes of lane l: input u of the quad at position 4l + u; a = (u0 | u1), b = (u2 | u3) concatenated
+        inter = ir.Constant(ir.VectorType(i32, 64), [ir.Constant(i32, (u // 2) * 32 + (u % 2) * 16 + l)
+                                                    for l in range(16) for u in range(4)])
+        ity = isum_off_v.type
+        with cgutils.for_range(builder, nquads_v) as ql:
+            t = ql.index
+            parts = []
+            for u in range(4):
+                off = builder.add(w_off_v, builder.mul(builder.add(builder.mul(t, ir.Constant(ity, 4)), ir.Constant(ity, u)),
+                                                       ir.Constant(ity, 128)))
+                parts.append(builder.load(builder.bitcast(builder.gep(wa.data, [off]), v16b.as_pointer()), align=1))
+            a = builder.shuffle_vector(parts[0], parts[1], cat)
+            b = builder.shuffle_vector(parts[2], parts[3], cat)
+            wv = builder.bitcast(builder.xor(builder.shuffle_vector(a, b, inter), flip), vi)
+            with cgutils.for_range(builder, rows_v) as rl:
+                r = rl.index
+                pp = builder.bitcast(builder.gep(ia.data, [builder.add(isum_off_v, builder.mul(r, ir.Constant(ity, 128)))]),
+                                     vi.as_pointer())
+                xv = builder.load(builder.gep(xa.data, [builder.add(builder.add(x_off_v, builder.mul(r, x_stride_v)), t)]))
+                acc = builder.load(pp, align=4)
+                builder.store(builder.call(dp, [acc, wv, _splat(builder, xv, vi)]), pp, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @njit(fastmath=_FM, cache=True)
 def _block_sums(x: np.ndarray, block: int) -> np.ndarray:  # pragma: no cover - numba
     """xs[r, b] = sum of x[r, k] over block b."""
@@ -265,15 +311,16 @@ def rebuild_tiles(qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, 
 
 
 # ----------------------------------------------------------------------------- int8 activations (VNNI)
-# A faster mode beside the float one above, for 4-bit weights: each activation row is rounded per block
-# of the weight to int8 (xq = round(x / xd), xd = absmax / 127, as llama.cpp's Q8 activations), and a
-# block's product is an integer dot product, 64 byte products per AVX512-VNNI instruction (vpdpbusd:
-# unsigned nibble codes x signed int8 activations, summed in int32, exact), then
+# A faster mode beside the float one above: each activation row is rounded per block of the weight to
+# int8 (xq = round(x / xd), xd = absmax / 127, as llama.cpp's Q8 activations), and a block's product is
+# an integer dot product, 64 byte products per AVX512-VNNI instruction (vpdpbusd: unsigned x signed
+# bytes summed in int32, exact; 4-bit codes are unsigned as stored, 8-bit codes are flipped to code + 128
+# and 128 * sum(xq) is taken off), then
 #     acc[r, i] += scale[i] * (xd[r, b] * isum[r, i]) - offset[i] * xs[r, b]     (xs: float sum of x)
 # The weights are the same; the activations are rounded, so results differ from the float mode by that
 # rounding (project/bench_cpu_packed.py --agreement reports top-1 agreement). Every row is still its own
 # computation: row r of an R-row call equals the 1-row call bit for bit, so speculative decoding stays
-# identical to target-alone decoding in this mode too. 8-bit codes (Q6_K, Q5_0, Q8_0) keep the float path.
+# identical to target-alone decoding in this mode too. Blocks not a multiple of 4 keep the float path.
 
 ACTIVATIONS = ("float32", "int8")
 _mode = {"activations": "float32"}
@@ -301,14 +348,16 @@ def has_vnni() -> bool:
 
 
 @njit(cache=True)
-def quantize_rows(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
-    """(xq int8 (R, K), xd float32 (R, K / block), xs float32 (R, K / block)): per block of each row,
-    xd = absmax / 127, xq = round-half-even(x / xd), xs = the float sum of x (for the weights' offsets)."""
+def quantize_rows(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """(xq int8 (R, K), xd float32 (R, K / block), xs float32 (R, K / block), xqs int32 (R, K / block)):
+    per block of each row, xd = absmax / 127, xq = round-half-even(x / xd), xs = the float sum of x (for
+    the weights' offsets), xqs = the sum of xq (for the 8-bit codes' +128)."""
     rows, k_len = x.shape
     nb = k_len // block
     xq = np.empty((rows, k_len), dtype=np.int8)
     xd = np.empty((rows, nb), dtype=np.float32)
     xs = np.empty((rows, nb), dtype=np.float32)
+    xqs = np.empty((rows, nb), dtype=np.int32)
     for r in range(rows):
         for b in range(nb):
             amax = np.float32(0.0)
@@ -320,19 +369,24 @@ def quantize_rows(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np
             dd = amax / np.float32(127.0)
             xd[r, b] = dd
             inv = np.float32(1.0) / dd if dd > 0 else np.float32(0.0)
+            t = 0
             for k in range(b * block, (b + 1) * block):
-                xq[r, k] = np.int8(np.rint(x[r, k] * inv))
-    return xq, xd, xs
+                v = np.int8(np.rint(x[r, k] * inv))
+                xq[r, k] = v
+                t += v
+            xqs[r, b] = t
+    return xq, xd, xs, xqs
 
 
 @njit(cache=True, parallel=True)
-def packed_rows_q8(xq32: np.ndarray, xd: np.ndarray, xs: np.ndarray, qt: np.ndarray, sc: np.ndarray, d: np.ndarray,
-                   m: np.ndarray, dmin: np.ndarray, block: int, per: int, n_len: int,
+def packed_rows_q8(xq32: np.ndarray, xd: np.ndarray, xs: np.ndarray, xqs: np.ndarray, qt: np.ndarray, sc: np.ndarray,
+                   d: np.ndarray, m: np.ndarray, dmin: np.ndarray, block: int, per: int, bits: int, n_len: int,
                    out: np.ndarray) -> None:  # pragma: no cover - numba
-    """out (R, n_len) = the int8-activation product for 4-bit tiles qt (G, K / 8, TILE) uint32; xq32 is
-    the (R, K / 4) int32 view of quantize_rows' xq."""
-    groups, nw, _ = qt.shape
-    k_len = nw * 8
+    """out (R, n_len) = the int8-activation product for the tiles of a PackedWeight (4-bit words, or 8-bit
+    codes with a block that is a multiple of 4); xq32 is the (R, K / 4) int32 view of quantize_rows' xq."""
+    groups = qt.shape[0]
+    k_len = qt.shape[1] * (8 if bits == 4 else 1)
+    nw = qt.shape[1]
     rows = xq32.shape[0]
     has_off = m.shape[1] > 0
     for g in prange(groups):
@@ -342,9 +396,18 @@ def packed_rows_q8(xq32: np.ndarray, xd: np.ndarray, xs: np.ndarray, qt: np.ndar
         offset = np.zeros(TILE, dtype=np.float32)
         for b in range(k_len // block):
             isum[:] = 0
-            for i0 in range(0, TILE, 16):
-                _dot_words(isum, i0, rows, qt, (g * nw + b * block // 8) * TILE + i0, TILE, block // 8,
-                           xq32, b * block // 4, k_len // 4)
+            if bits == 4:
+                for i0 in range(0, TILE, 16):
+                    _dot_words(isum, i0, rows, qt, (g * nw + b * block // 8) * TILE + i0, TILE, block // 8,
+                               xq32, b * block // 4, k_len // 4)
+            else:
+                for i0 in range(0, TILE, 16):
+                    _dot_bytes(isum, i0, rows, qt, (g * k_len + b * block) * TILE + i0, block // 4,
+                               xq32, b * block // 4, k_len // 4)
+                for r in range(rows):
+                    corr = np.int32(128) * xqs[r, b]
+                    for i in range(TILE):
+                        isum[r, i] -= corr
             s = b // per
             for i in range(TILE):
                 scale[i] = d[g, s, i] * np.float32(sc[g, b, i])
@@ -362,16 +425,22 @@ def packed_rows_q8(xq32: np.ndarray, xd: np.ndarray, xs: np.ndarray, qt: np.ndar
                 out[r, g * TILE + i] = acc[r, i]
 
 
+def int8_ready(w) -> bool:
+    """Whether the int8-activation kernel takes this PackedWeight (4-bit words, or 8-bit codes in blocks
+    of a multiple of 4: every GGUF type)."""
+    return w.bits == 4 or w.block % 4 == 0
+
+
 def packed_linear_q8(x: np.ndarray, w, out: np.ndarray) -> None:
-    """The int8-activation product of a 4-bit PackedWeight (at most MAX_ROWS rows)."""
-    xq, xd, xs = quantize_rows(x, w.block)
-    packed_rows_q8(xq.view(np.int32), xd, xs, *w.tiles, w.block, w.per, w.shape[0], out)
+    """The int8-activation product of a PackedWeight (int8_ready, at most MAX_ROWS rows)."""
+    xq, xd, xs, xqs = quantize_rows(x, w.block)
+    packed_rows_q8(xq.view(np.int32), xd, xs, xqs, *w.tiles, w.block, w.per, w.bits, w.shape[0], out)
 
 
 def packed_linear(x: np.ndarray, w, out: np.ndarray) -> None:
     """FastOps slot: out (R, N) = x (R, K) @ w^T for a PackedWeight w; x and out C-contiguous float32."""
     n_len, k_len = w.shape
-    if x.shape[0] <= MAX_ROWS and w.bits == 4 and _mode["activations"] == "int8":
+    if x.shape[0] <= MAX_ROWS and _mode["activations"] == "int8" and int8_ready(w):
         packed_linear_q8(x, w, out)
         return
     if x.shape[0] <= MAX_ROWS:

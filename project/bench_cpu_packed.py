@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode-rounds", type=int, default=4)
     ap.add_argument("--data-file", type=Path, default=None, help="GSM8K JSONL; its first question is the prompt")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--int8", action="store_true", help="also time the int8-activation (VNNI) mode (4-bit weights)")
+    ap.add_argument("--int8", action="store_true", help="also time the int8-activation (VNNI) mode")
     ap.add_argument("--agreement", type=int, default=0, metavar="N",
                     help="top-1 agreement of the int8 mode with the float mode over the first N questions of "
                          "--data-file, teacher-forced on prompt + gold answer (at most --positions answer tokens)")
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         old_packed_rows(x, qt, st, ot, w.block, w.shape[0], out)
 
     def run_int8(x: np.ndarray, w: PackedWeight, out: np.ndarray) -> None:
-        if w.bits == 4:
+        if fast_packed.int8_ready(w):
             fast_packed.packed_linear_q8(x, w, out)
         else:
             run_new(x, w, out)

@@ -30,7 +30,7 @@ def definition(x: np.ndarray, pw) -> tuple[np.ndarray, np.ndarray]:
     """(float64 value, magnitude) of the int8 mode's product, from its definition: per block b of row r,
     scale * xd[r, b] * sum_k q[k] xq[r, k] - offset * xs[r, b]."""
     n, k = pw.shape
-    xq, xd, xs = fast_packed.quantize_rows(x, pw.block)
+    xq, xd, xs, _ = fast_packed.quantize_rows(x, pw.block)
     q, scale, offset = pw.codes(np.arange(n))
     qb = q.astype(np.float64).reshape(n, -1, pw.block)
     xb = xq.astype(np.float64).reshape(len(x), -1, pw.block)
@@ -43,20 +43,23 @@ def definition(x: np.ndarray, pw) -> tuple[np.ndarray, np.ndarray]:
 def test_quantize_rows_rounds_to_the_nearest_step() -> None:
     x = np.random.default_rng(0).standard_normal((3, 96)).astype(np.float32) * 5
     x[1, :32] = 0  # an all-zero block
-    xq, xd, xs = fast_packed.quantize_rows(x, 32)
+    xq, xd, xs, xqs = fast_packed.quantize_rows(x, 32)
     assert np.abs(xq.astype(int)).max() <= 127
     back = (xq.reshape(3, -1, 32) * xd[:, :, None]).reshape(3, 96)
     assert np.all(np.abs(back - x) <= xd.repeat(32, 1) * 0.5001 + 1e-7)
     assert np.array_equal(xq[1, :32], np.zeros(32, np.int8)) and xd[1, 0] == 0
     np.testing.assert_allclose(xs, x.reshape(3, -1, 32).sum(-1), rtol=1e-5, atol=1e-5)
+    assert np.array_equal(xqs, xq.astype(np.int32).reshape(3, -1, 32).sum(-1))
 
 
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q4_1"])
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q4_1", "Q6_K", "Q5_0", "Q8_0", "Q5_K"])
 @pytest.mark.parametrize("rows", [1, 5, 16])
 def test_int8_kernel_computes_its_definition(qtype: str, rows: int, int8_mode: None) -> None:
+    """Nibble codes (Q4_K, Q4_1) and int8 codes (the others: flipped to code + 128 for vpdpbusd, 128 *
+    sum(xq) taken off) against the float64 value of the mode's definition."""
     n, k = 200, 512
     pw = pack_raw(qtype, random_blocks(qtype, n, k, seed=rows), (n, k))
-    assert pw.bits == 4
+    assert fast_packed.int8_ready(pw)
     x = np.random.default_rng(rows).standard_normal((rows, k)).astype(np.float32)
     out = np.empty((rows, n), np.float32)
     fast_packed.packed_linear(x, pw, out)
@@ -70,21 +73,30 @@ def test_int8_kernel_computes_its_definition(qtype: str, rows: int, int8_mode: N
 
 
 def test_definition_check_catches_a_broken_kernel() -> None:
-    """Low and high nibbles multiplied by the wrong activation bytes (xlo, xhi swapped): the check fails."""
+    """Low and high nibbles multiplied by the wrong activation bytes (xlo, xhi swapped), and 8-bit codes
+    without the +128 correction: the check fails on both."""
     n, k = 200, 512
     pw = pack_raw("Q4_K", random_blocks("Q4_K", n, k, seed=1), (n, k))
     x = np.random.default_rng(1).standard_normal((2, k)).astype(np.float32)
-    xq, xd, xs = fast_packed.quantize_rows(x, pw.block)
+    xq, xd, xs, xqs = fast_packed.quantize_rows(x, pw.block)
     swapped = np.ascontiguousarray(xq.view(np.int32).reshape(2, -1, 2)[:, :, ::-1].reshape(2, -1))
     out = np.empty((2, n), np.float32)
-    fast_packed.packed_rows_q8(swapped, xd, xs, *pw.tiles, pw.block, pw.per, n, out)
+    fast_packed.packed_rows_q8(swapped, xd, xs, xqs, *pw.tiles, pw.block, pw.per, pw.bits, n, out)
     want, mag = definition(x, pw)
+    assert not np.all(np.abs(out - want) <= 2e-6 * mag + 1e-30)
+    # 8-bit codes without the 128 * sum(xq) correction
+    p6 = pack_raw("Q6_K", random_blocks("Q6_K", n, k, seed=2), (n, k))
+    xq, xd, xs, xqs = fast_packed.quantize_rows(x, p6.block)
+    fast_packed.packed_rows_q8(xq.view(np.int32), xd, xs, np.zeros_like(xqs), *p6.tiles, p6.block, p6.per, p6.bits,
+                               n, out)
+    want, mag = definition(x, p6)
     assert not np.all(np.abs(out - want) <= 2e-6 * mag + 1e-30)
 
 
-def test_int8_rows_do_not_depend_on_row_count(int8_mode: None) -> None:
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+def test_int8_rows_do_not_depend_on_row_count(qtype: str, int8_mode: None) -> None:
     n, k = 300, 256
-    pw = pack_raw("Q4_K", random_blocks("Q4_K", n, k, seed=4), (n, k))
+    pw = pack_raw(qtype, random_blocks(qtype, n, k, seed=4), (n, k))
     x = np.random.default_rng(2).standard_normal((fast_packed.MAX_ROWS, k)).astype(np.float32)
     ones = np.empty((len(x), n), np.float32)
     for r in range(len(x)):
