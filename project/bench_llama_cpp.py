@@ -30,6 +30,7 @@ import argparse
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -120,10 +121,11 @@ def _num(pattern: str, text: str, what: str) -> list[float]:
     return [float(g) for g in m.groups()]
 
 
-def llama_target(bin_dir: Path, model: Path, prompt_file: Path, n_new: int, threads: int, ctx: int) -> dict[str, Any]:
+def llama_target(bin_dir: Path, model: Path, prompt_file: Path, n_new: int, threads: int, ctx: int,
+                 extra: list[str]) -> dict[str, Any]:
     cmd = [str(bin_dir / "llama-completion"), "-m", str(model), "-f", str(prompt_file), "-n", str(n_new),
            "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "--temp", "0", "--top-k", "1", "--seed", "0",
-           "-no-cnv", "--no-display-prompt"]
+           "-no-cnv", "--no-display-prompt", *extra]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
@@ -137,10 +139,10 @@ def llama_target(bin_dir: Path, model: Path, prompt_file: Path, n_new: int, thre
 
 
 def llama_spec(bin_dir: Path, model: Path, draft: Path, prompt_file: Path, n_new: int, gamma: int, threads: int,
-               ctx: int) -> dict[str, Any]:
+               ctx: int, extra: list[str]) -> dict[str, Any]:
     cmd = [str(bin_dir / "llama-speculative-simple"), "-m", str(model), "-md", str(draft), "-f", str(prompt_file),
            "-n", str(n_new), "-t", str(threads), "-tb", str(threads), "-td", str(threads), "-c", str(ctx),
-           "--temp", "0", "--top-k", "1", "--seed", "0", "--spec-draft-n-max", str(gamma)]
+           "--temp", "0", "--top-k", "1", "--seed", "0", "--spec-draft-n-max", str(gamma), *extra]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
@@ -169,6 +171,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--llama-cpp", default=None, help=f"llama.cpp build folder (or ${ENV})")
     ap.add_argument("--build", action="store_true", help=f"build llama.cpp {VERSION} into the cache if not found")
     ap.add_argument("--jobs", type=int, default=2, help="parallel compile jobs for --build")
+    ap.add_argument("--llama-args", default="", help="extra llama.cpp flags, one string (e.g. '--no-repack': "
+                    "the AMX path of a -march=native build crashed on a VM that reports AMX)")
     ap.add_argument("--no-spec", action="store_true", help="target alone only")
     ap.add_argument("--no-ours", action="store_true", help="llama.cpp only")
     ap.add_argument("--int8", action="store_true",
@@ -209,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
         bin_dir = build_llama_cpp(args.cache_dir, args.jobs)
     target_file, draft_file = gguf_path(args.target, args.cache_dir), gguf_path(args.draft, args.cache_dir)
     questions = [p.question for p in load_problems(data_file=args.data_file)[:args.n]]
+    extra = shlex.split(args.llama_args)
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
 
     from cli_common import load_models, warm_up
@@ -221,8 +226,13 @@ def run(args: argparse.Namespace) -> int:
     warm_up(m)
     tok = m.tokenizer
     cfg = SamplingConfig()
+    for fn in ([lambda f: f()] + ([int8] if args.int8 else [])):  # compile every kernel variant untimed
+        fn(lambda: generate(m.target, [0, 1, 2], 3, cfg, m.stop_ids, vocab_size=m.vocab_size))
+        if not args.no_spec:
+            fn(lambda: speculative_generate(m.target, m.make_drafter("model"), [0, 1, 2], 6, cfg, m.stop_ids,
+                                            gamma=args.gamma, vocab_size=m.vocab_size))
     load0 = os.getloadavg()[0]
-    print(f"# llama.cpp {bin_dir}; {len(questions)} questions x {args.max_new_tokens} tokens, greedy, "
+    print(f"# llama.cpp {bin_dir} {' '.join(extra)}; {len(questions)} questions x {args.max_new_tokens} tokens, greedy, "
           f"{args.threads} threads, gamma {args.gamma}; loadavg {load0:.2f}", flush=True)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -233,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
             prompt_file.write_text(text)
             ctx = len(ids) + args.max_new_tokens + 64
             runs = [("llama_target", lambda: llama_target(bin_dir, target_file, prompt_file, args.max_new_tokens,
-                                                          args.threads, ctx))]
+                                                          args.threads, ctx, extra))]
             if not args.no_ours:
                 runs.append(("ours_target", lambda: ours(generate(m.target, ids, args.max_new_tokens, cfg, m.stop_ids,
                                                                   vocab_size=m.vocab_size), tok)))
@@ -242,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
                         m.target, ids, args.max_new_tokens, cfg, m.stop_ids, vocab_size=m.vocab_size), tok))))
             if not args.no_spec:
                 runs.append(("llama_spec", lambda: llama_spec(bin_dir, target_file, draft_file, prompt_file,
-                                                              args.max_new_tokens, args.gamma, args.threads, ctx)))
+                                                              args.max_new_tokens, args.gamma, args.threads, ctx, extra)))
                 if not args.no_ours:
                     runs.append(("ours_spec", lambda: ours(speculative_generate(
                         m.target, m.make_drafter("model"), ids, args.max_new_tokens, cfg, m.stop_ids,
