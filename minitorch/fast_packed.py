@@ -320,7 +320,9 @@ def rebuild_tiles(qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, 
 # The weights are the same; the activations are rounded, so results differ from the float mode by that
 # rounding (project/bench_cpu_packed.py --agreement reports top-1 agreement). Every row is still its own
 # computation: row r of an R-row call equals the 1-row call bit for bit, so speculative decoding stays
-# identical to target-alone decoding in this mode too. Blocks not a multiple of 4 keep the float path.
+# identical to target-alone decoding in this mode too; prefills take the same kernel, 16 rows at a time
+# (a prompt position computed by a BLAS prefill in one run and by a verify in the other differed by the
+# activation rounding and changed greedy texts). Blocks not a multiple of 4 keep the float path.
 
 ACTIVATIONS = ("float32", "int8")
 _mode = {"activations": "float32"}
@@ -432,7 +434,7 @@ def int8_ready(w) -> bool:
 
 
 def packed_linear_q8(x: np.ndarray, w, out: np.ndarray) -> None:
-    """The int8-activation product of a PackedWeight (int8_ready, at most MAX_ROWS rows)."""
+    """The int8-activation product of a PackedWeight (int8_ready; x, out C-contiguous row blocks)."""
     xq, xd, xs, xqs = quantize_rows(x, w.block)
     packed_rows_q8(xq.view(np.int32), xd, xs, xqs, *w.tiles, w.block, w.per, w.bits, w.shape[0], out)
 
@@ -440,8 +442,13 @@ def packed_linear_q8(x: np.ndarray, w, out: np.ndarray) -> None:
 def packed_linear(x: np.ndarray, w, out: np.ndarray) -> None:
     """FastOps slot: out (R, N) = x (R, K) @ w^T for a PackedWeight w; x and out C-contiguous float32."""
     n_len, k_len = w.shape
-    if x.shape[0] <= MAX_ROWS and _mode["activations"] == "int8" and int8_ready(w):
-        packed_linear_q8(x, w, out)
+    if _mode["activations"] == "int8" and int8_ready(w):
+        # every row through the same per-row computation, prefill included (in chunks of MAX_ROWS): a
+        # position gives the same bits whether a prefill, a verify or a decode step computes it, so
+        # speculative decoding (which prefills prompt[:-1] and verifies the last prompt token) equals
+        # target-alone decoding in this mode too
+        for c in range(0, x.shape[0], MAX_ROWS):
+            packed_linear_q8(x[c:c + MAX_ROWS], w, out[c:c + MAX_ROWS])
         return
     if x.shape[0] <= MAX_ROWS:
         packed_rows(x, *w.tiles, w.block, w.per, w.bits, n_len, out)

@@ -105,6 +105,11 @@ def test_int8_rows_do_not_depend_on_row_count(qtype: str, int8_mode: None) -> No
         out = np.empty((rows, n), np.float32)
         fast_packed.packed_linear(x[:rows].copy(), pw, out)
         assert np.array_equal(out, ones[:rows]), f"{rows} rows"
+    # a prefill-sized call (more than MAX_ROWS rows) takes the same per-row computation, 16 rows at a time
+    big = np.concatenate([x, x[::-1], x[:5]])
+    out = np.empty((len(big), n), np.float32)
+    fast_packed.packed_linear(big, pw, out)
+    assert np.array_equal(out, np.concatenate([ones, ones[::-1], ones[:5]]))
 
 
 def test_int8_mode_verify_equals_decode_steps(gguf_pair: Path, tmp_path: Path, int8_mode: None) -> None:  # noqa: F811
@@ -112,10 +117,15 @@ def test_int8_mode_verify_equals_decode_steps(gguf_pair: Path, tmp_path: Path, i
 
     packed, _ = load_model(str(gguf_pair), progress=False, weights="packed", cache_dir=tmp_path)
     assert packed.model.layers[0].mlp.down_proj.weight.value.bits == 4  # the Q4_K tensor takes the int8 path
-    ids = np.random.default_rng(0).integers(0, 400, size=9).tolist()
+    ids = np.random.default_rng(0).integers(0, 400, size=21).tolist()  # a prefill of more than 16 rows
     with minitorch.no_grad():
-        cache = packed.new_cache(32)
-        first = int(packed(ids, cache).to_numpy()[0, -1].argmax())
+        cache = packed.new_cache(40)
+        full = packed(ids, cache).to_numpy()[0]
+        first = int(full[-1].argmax())
+        # prefill of all but the last token, then the last token alone (speculative decoding's prefill)
+        again = packed.new_cache(40)
+        packed(ids[:-1], again, last_n=1)
+        assert np.array_equal(packed(ids[-1:], again).to_numpy()[0, -1], full[-1])
         start, steps, toks = cache.length, [], [first]
         for _ in range(5):
             steps.append(packed([toks[-1]], cache).to_numpy()[0, -1].copy())
