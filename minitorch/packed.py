@@ -1,20 +1,24 @@
 """Packed (block-quantized) weights: a (N, K) matrix kept in the form a GGUF file stores it.
 
-    w[n, k] = scale[n, k // block] * q[n, k] - offset[n, k // block]        (float32, two roundings)
+    w[n, k] = scale[n, b] * q[n, k] - offset[n, b]        b = k // block   (float32, two roundings)
+    scale[n, b] = d[n, b // per] * sc[n, b]               offset[n, b] = dmin[n, b // per] * m[n, b]
 
-q holds int8 codes, scale and offset one float32 each per block of `block` consecutive inputs. Every
-GGUF type we read (Q4_0/1, Q5_0/1, Q8_0, Q4_K, Q5_K, Q6_K) fits this form, and because the product and
-the difference are rounded separately, exactly as the gguf library's dequantizers compute them, the
-float32 weights rebuilt here are bit for bit the weights of the float32 model (tests check it).
+q holds small integer codes, sc and m small integer block scales and minimums (int8), d and dmin one
+float32 each per super-block of `per` blocks. Every GGUF type we read (Q4_0/1, Q5_0/1, Q8_0, Q4_K, Q5_K,
+Q6_K) fits this form: a K-quant's 6/8-bit sub-block scales are sc and m under its fp16 d and dmin (per 8
+or 16 blocks); the simple types have per 1, sc 1 (d * 1 is d) and their fp16 d. Every product and the
+difference are rounded separately, in float32, exactly as the gguf library's dequantizers compute them,
+so the float32 weights rebuilt here are bit for bit the weights of the float32 model (tests check it).
 
-A packed model reads 1 + 8/block bytes per weight instead of float32's 4 and holds a third of the memory.
+Codes of 0..15 (Q4_K, Q4_1) are kept as nibbles, two inputs per byte (`bits` 4); others as int8 (`bits`
+8). A Q4_K weight then reads 0.5 + 2/32 + 8/256 = 0.59 bytes (the file's Q4_K: 0.5625) and a Q6_K one
+1.08 bytes (int8 codes; the file: 0.82), where the previous form (int8 codes + float32 scale and offset
+per block) read 1.25 and 1.5. A packed model holds about a fifth of the float32 model's memory.
+
 The weights are the model's own, not a new quantization: outputs differ from the float32 path only by
 summation order. Stored in tiles of TILE interleaved rows (below), minitorch/cpu/packed.py's kernel converts and
-multiplies 8 adjacent outputs per AVX2 instruction with no horizontal sums, which makes packed the
-faster form on the CPU (it reads a third of the bytes and is no longer compute-bound): 1.5B
-target decode 5.32 vs 3.47 tokens/s float32, same greedy tokens (`python project/bench/cpu_decode.py
---tokens 48 --repeats 2`, 2-core box, 2026-11-30 11:25 UTC). `load_model(weights="auto")`, the default,
-picks it for GGUF files on backends with a packed kernel.
+multiplies 8-16 adjacent outputs per vector instruction with no horizontal sums. `load_model(weights=
+"auto")`, the default, picks it for GGUF files on backends with a packed kernel.
 
 Inference only: a packed weight has no gradient. `nn.linear` and `nn.embedding` accept one in place of
 a weight tensor; backends run it through their `packed_linear` slot (FastOps: minitorch/cpu/packed.py's numba
@@ -22,7 +26,7 @@ kernel; SimpleOps: dequantize, then numpy matmul, the reference).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -33,58 +37,122 @@ TILE = 128  # weight rows interleaved per tile (the kernel's vector lanes); N is
 
 
 class PackedWeight:
-    """A (N, K) float32 weight stored as int8 codes plus per-block scale and offset (see module doc).
+    """A (N, K) float32 weight stored as integer codes with per-block integer scales under per-super-block
+    float32 factors (see module doc).
 
     Storage is tiled: TILE consecutive weight rows are interleaved, so that for every input k the codes
     of those rows lie next to each other and a vector instruction serves several adjacent outputs.
-        qt[g, k, i]     = q[g * TILE + i, k]                    (N_pad / TILE, K, TILE) int8
-        st[g, b, i]     = scale[g * TILE + i, b]                (N_pad / TILE, K / block, TILE) float32
-        ot[g, b, i]     = offset[g * TILE + i, b]               (same)
-    Rows past N (padding of the last tile) hold zeros.
+        bits 8:  qt[g, k, i]      = q[g * TILE + i, k]                          (G, K, TILE) int8
+        bits 4:  qt[g, j, i]      = 8 codes of row g * TILE + i in one uint32:  (G, K / 8, TILE) uint32
+                                    byte t (0..3) = q[., 8j + t] | q[., 8j + 4 + t] << 4
+                 (one 64-byte load gives 16 rows x 8 inputs; the low nibbles of a word are 4 consecutive
+                 inputs, as an int8 dot-product instruction wants them, the high nibbles the next 4)
+                 sc[g, b, i]      = sc[g * TILE + i, b]                         (G, K / block, TILE) int8
+                 d[g, s, i]       = d[g * TILE + i, s]                          (G, K / (block * per), TILE) f32
+                 m, dmin          like sc, d; with a second dimension of 0 when every offset is 0
+    G = ceil(N / TILE); rows past N (padding of the last tile) hold zeros.
     """
 
     dims = 2
     dtype = "packed"
     requires_grad = False
 
-    def __init__(self, q: np.ndarray, scale: np.ndarray, offset: np.ndarray, block: int) -> None:
-        """From row-major codes q (N, K) and scale / offset (N, K / block), as a GGUF file stores them."""
+    def __init__(self, q: np.ndarray, scale: np.ndarray, offset: np.ndarray, block: int,
+                 bits: Optional[int] = None) -> None:
+        """From row-major codes q (N, K) and float32 scale / offset (N, K / block): per 1, sc 1, d = scale,
+        m 1, dmin = offset (multiplying by 1 is exact, so the values are these scales and offsets)."""
+        for label, arr in (("scale", scale), ("offset", offset)):
+            want = (q.shape[0], q.shape[1] // max(int(block), 1)) if q.ndim == 2 else None
+            if arr.shape != want or arr.dtype != np.float32:
+                raise MiniTorchError(f"packed {label} must be float32 of shape {want}, got {arr.dtype} {arr.shape}")
+        has_off = bool(np.any(offset != 0))
+        ones = np.ones(scale.shape, dtype=np.int8)
+        self._from_rows(q, block, 1, ones, scale, ones if has_off else None, offset if has_off else None, bits)
+
+    @classmethod
+    def from_blocks(cls, q: np.ndarray, block: int, per: int, sc: np.ndarray, d: np.ndarray,
+                    m: Optional[np.ndarray] = None, dmin: Optional[np.ndarray] = None,
+                    bits: Optional[int] = None) -> "PackedWeight":
+        """From row-major codes q (N, K) int8, sc / m (N, K / block) int8 and d / dmin (N, K / (block * per))
+        float32, as a GGUF file's blocks hold them (m, dmin None: no offsets). bits None: 4 if the codes
+        fit 0..15 and the block is a multiple of 8, else 8."""
+        pw = cls.__new__(cls)
+        pw._from_rows(q, block, per, sc, d, m, dmin, bits)
+        return pw
+
+    def _from_rows(self, q: np.ndarray, block: int, per: int, sc: np.ndarray, d: np.ndarray,
+                   m: Optional[np.ndarray], dmin: Optional[np.ndarray], bits: Optional[int]) -> None:
         if q.ndim != 2 or q.dtype != np.int8:
             raise MiniTorchError(f"packed codes must be a 2-d int8 array, got {q.dtype} of shape {q.shape}")
         n, k = q.shape
-        if block < 1 or k % block:
-            raise MiniTorchError(f"packed block {block} does not divide the {k} inputs")
-        want = (n, k // block)
-        for label, arr in (("scale", scale), ("offset", offset)):
-            if arr.shape != want or arr.dtype != np.float32:
-                raise MiniTorchError(f"packed {label} must be float32 of shape {want}, got {arr.dtype} {arr.shape}")
-        self._set(_tile(q), _tile(scale), _tile(offset), block, n)
+        block, per = int(block), int(per)
+        if block < 1 or per < 1 or k % (block * per):
+            raise MiniTorchError(f"packed block {block} x {per} does not divide the {k} inputs")
+        if (m is None) != (dmin is None):
+            raise MiniTorchError("packed offsets need both m and dmin, or neither")
+        fits4 = block % 8 == 0 and q.size > 0 and int(q.min()) >= 0 and int(q.max()) <= 15
+        if bits is None:
+            bits = 4 if fits4 else 8
+        if bits == 4 and not fits4:
+            raise MiniTorchError("4-bit packing needs codes in 0..15 and a block that is a multiple of 8")
+        if bits not in (4, 8):
+            raise MiniTorchError(f"packed bits must be 4 or 8, got {bits}")
+        codes = q if bits == 8 else _nibble_words(q)
+        empty_i8 = np.zeros((n, 0), np.int8)
+        empty_f32 = np.zeros((n, 0), np.float32)
+        for label, arr, dt, cols in (("sc", sc, np.int8, k // block), ("d", d, np.float32, k // (block * per)),
+                                     ("m", m, np.int8, k // block), ("dmin", dmin, np.float32, k // (block * per))):
+            if arr is not None and (arr.shape != (n, cols) or arr.dtype != dt):
+                raise MiniTorchError(f"packed {label} must be {np.dtype(dt)} of shape {(n, cols)}, "
+                                     f"got {arr.dtype} {arr.shape}")
+        self._set(_tile(codes), _tile(sc), _tile(d), _tile(empty_i8 if m is None else m),
+                  _tile(empty_f32 if dmin is None else dmin), block, per, bits, n)
 
     @classmethod
-    def from_tiles(cls, qt: np.ndarray, st: np.ndarray, ot: np.ndarray, block: int, n: int) -> "PackedWeight":
+    def from_tiles(cls, qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, dmin: np.ndarray,
+                   block: int, per: int, bits: int, n: int) -> "PackedWeight":
         """From arrays already in the tiled layout (a cache on disk, a narrowed view); no copy."""
         pw = cls.__new__(cls)
-        pw._set(qt, st, ot, block, n)
+        pw._set(qt, sc, d, m, dmin, block, per, bits, n)
         return pw
 
-    def _set(self, qt: np.ndarray, st: np.ndarray, ot: np.ndarray, block: int, n: int) -> None:
-        if qt.ndim != 3 or qt.dtype != np.int8 or qt.shape[2] != TILE:
-            raise MiniTorchError(f"packed tiles must be int8 (groups, K, {TILE}), got {qt.dtype} {qt.shape}")
-        groups, k, _ = qt.shape
-        block = int(block)
-        if block < 1 or k % block:
-            raise MiniTorchError(f"packed block {block} does not divide the {k} inputs")
+    def _set(self, qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, dmin: np.ndarray,
+             block: int, per: int, bits: int, n: int) -> None:
+        block, per, bits = int(block), int(per), int(bits)
+        code_dtype = {8: np.int8, 4: np.uint32}.get(bits)
+        if code_dtype is None or qt.ndim != 3 or qt.dtype != code_dtype or qt.shape[2] != TILE:
+            raise MiniTorchError(f"packed tiles must be {np.dtype(code_dtype) if code_dtype else '?'} "
+                                 f"(groups, K, {TILE}) for bits {bits}, got {qt.dtype} {qt.shape}")
+        groups, kc, _ = qt.shape
+        k = kc * (8 if bits == 4 else 1)
+        if block < 1 or per < 1 or k % (block * per) or (bits == 4 and block % 8):
+            raise MiniTorchError(f"packed block {block} x {per} does not divide the {k} inputs")
         if not (groups - 1) * TILE < n <= groups * TILE:
             raise MiniTorchError(f"{groups} tiles of {TILE} rows cannot hold {n} rows")
-        for label, arr in (("scale", st), ("offset", ot)):
-            if arr.shape != (groups, k // block, TILE) or arr.dtype != np.float32:
-                raise MiniTorchError(f"packed {label} tiles must be float32 of shape {(groups, k // block, TILE)}, "
+        nb, ns = k // block, k // (block * per)
+        has_off = m.shape[1:2] != (0,)
+        for label, arr, dt, cols in (("sc", sc, np.int8, nb), ("d", d, np.float32, ns),
+                                     ("m", m, np.int8, nb if has_off else 0),
+                                     ("dmin", dmin, np.float32, ns if has_off else 0)):
+            if arr.shape != (groups, cols, TILE) or arr.dtype != dt:
+                raise MiniTorchError(f"packed {label} tiles must be {np.dtype(dt)} of shape {(groups, cols, TILE)}, "
                                      f"got {arr.dtype} {arr.shape}")
-        for label, arr in (("codes", qt), ("scale", st), ("offset", ot)):
             if not arr.flags.c_contiguous:
                 raise MiniTorchError(f"packed {label} must be C-contiguous")
-        self.qt, self.st, self.ot, self.block = qt, st, ot, block
+        if not qt.flags.c_contiguous:
+            raise MiniTorchError("packed codes must be C-contiguous")
+        self.qt, self.sc, self.d, self.m, self.dmin = qt, sc, d, m, dmin
+        self.block, self.per, self.bits = block, per, bits
         self.shape = (int(n), k)
+
+    @property
+    def has_offset(self) -> bool:
+        return self.m.shape[1] > 0
+
+    @property
+    def tiles(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(qt, sc, d, m, dmin): the five tiled arrays, in the order from_tiles takes them."""
+        return self.qt, self.sc, self.d, self.m, self.dmin
 
     @property
     def size(self) -> int:
@@ -92,17 +160,31 @@ class PackedWeight:
 
     @property
     def nbytes(self) -> int:
-        return self.qt.nbytes + self.st.nbytes + self.ot.nbytes
+        return sum(a.nbytes for a in self.tiles)
 
     def requires_grad_(self, flag: bool = True) -> "PackedWeight":
         if flag:
             raise MiniTorchError("packed weights are inference-only and cannot require grad")
         return self
 
-    def codes(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Row-major (q, scale, offset) of weight rows ids (1-d): (len, K) int8, (len, K / block) float32 x2."""
+    def _gather(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Row-major (q, sc, d, m, dmin) of weight rows ids (1-d); q unpacked to int8 (len, K)."""
         g, lane = ids // TILE, ids % TILE
-        return self.qt[g, :, lane], self.st[g, :, lane], self.ot[g, :, lane]
+        q = self.qt[g, :, lane]
+        if self.bits == 4:
+            q = _nibble_codes(q)
+        return (q,) + tuple(a[g, :, lane] for a in (self.sc, self.d, self.m, self.dmin))
+
+    def codes(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Row-major (q, scale, offset) of weight rows ids (1-d): (len, K) int8, (len, K / block) float32 x2,
+        scale = d * sc and offset = dmin * m as float32 products (the values the kernel uses)."""
+        q, sc, d, m, dmin = self._gather(np.asarray(ids, dtype=np.int64))
+        scale = np.repeat(d, self.per, axis=1) * sc.astype(np.float32)
+        if m.shape[1]:
+            offset = np.repeat(dmin, self.per, axis=1) * m.astype(np.float32)
+        else:
+            offset = np.zeros_like(scale)
+        return q, scale, offset
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """float32 rows ids (any int shape) -> ids.shape + (K,), same values as dequantize()[ids]."""
@@ -123,9 +205,11 @@ class PackedWeight:
         if start < 0 or length < 1 or start + length > n:
             raise MiniTorchError(f"narrow({start}, {length}) is outside the {n} rows of a packed weight")
         if start % TILE:
-            return PackedWeight(*self.codes(np.arange(start, start + length)), block=self.block)
+            q, sc, d, m, dmin = self._gather(np.arange(start, start + length))
+            off = (m, dmin) if self.has_offset else (None, None)
+            return PackedWeight.from_blocks(q, self.block, self.per, sc, d, *off, bits=self.bits)
         tiles = slice(start // TILE, -(-(start + length) // TILE))
-        return PackedWeight.from_tiles(self.qt[tiles], self.st[tiles], self.ot[tiles], self.block, length)
+        return PackedWeight.from_tiles(*(a[tiles] for a in self.tiles), self.block, self.per, self.bits, length)
 
     def dequantize(self) -> np.ndarray:
         """The float32 (N, K) weight."""
@@ -142,10 +226,24 @@ class PackedWeight:
         scale = (np.abs(b).max(axis=2) / np.float32(127.0)).astype(np.float32)
         safe = np.where(scale == 0, np.float32(1.0), scale)
         q = np.clip(np.rint(b / safe[:, :, None]), -127, 127).astype(np.int8)
-        return cls(q.reshape(w.shape), scale, np.zeros_like(scale), block)
+        return cls(q.reshape(w.shape), scale, np.zeros_like(scale), block, bits=8)
 
     def __repr__(self) -> str:
-        return f"PackedWeight(shape={self.shape}, block={self.block}, {self.nbytes / 2**20:.1f} MiB)"
+        return (f"PackedWeight(shape={self.shape}, block={self.block}x{self.per}, {self.bits}-bit codes, "
+                f"{self.nbytes / 2**20:.1f} MiB)")
+
+
+def _nibble_words(q: np.ndarray) -> np.ndarray:
+    """(N, K) codes 0..15 -> (N, K / 8) uint32: byte t of word j = q[8j + t] | q[8j + 4 + t] << 4."""
+    n, k = q.shape
+    b = q.astype(np.uint8).reshape(n, k // 8, 2, 4)
+    return np.ascontiguousarray(b[:, :, 0] | (b[:, :, 1] << 4)).view(np.uint32).reshape(n, k // 8)
+
+
+def _nibble_codes(words: np.ndarray) -> np.ndarray:
+    """Inverse of _nibble_words: (N, K / 8) uint32 -> (N, K) int8."""
+    b = np.ascontiguousarray(words).view(np.uint8).reshape(words.shape[0], -1, 1, 4)
+    return np.concatenate([b & 15, b >> 4], axis=2).reshape(words.shape[0], -1).astype(np.int8)
 
 
 def _tile(a: np.ndarray) -> np.ndarray:

@@ -41,7 +41,7 @@ def test_packed_form_rebuilds_gguf_dequantization_bit_for_bit(qtype: str) -> Non
     raw = random_blocks(qtype, n, k, seed=len(qtype) + ord(qtype[1]))
     want = gguf.quants.dequantize(raw, GGMLQuantizationType[qtype]).reshape(n, k)
     pw = pack_raw(qtype, raw, (n, k))
-    assert pw.qt.dtype == np.int8 and pw.block in (16, 32)
+    assert pw.qt.dtype == (np.uint32 if qtype in ("Q4_K", "Q4_1") else np.int8) and pw.block in (16, 32)
     assert np.array_equal(pw.dequantize(), want), f"{qtype}: packed values differ from gguf's dequantization"
     assert np.array_equal(pw.rows(np.array([[4, 0]])), want[[4, 0]][None])  # embedding rows
 
@@ -139,14 +139,14 @@ def test_packed_weight_errors() -> None:
     x = minitorch.ones((2, 64), backend=FastBackend).requires_grad_(True)
     with pytest.raises(minitorch.MiniTorchError, match="inference-only"):
         nn.linear(x, pw)
-    with pytest.raises(minitorch.MiniTorchError, match="block 32 does not divide"):
+    with pytest.raises(minitorch.MiniTorchError, match="block 32 x 1 does not divide"):
         PackedWeight(np.zeros((2, 48), np.int8), np.zeros((2, 1), np.float32), np.zeros((2, 1), np.float32), 32)
     with pytest.raises(minitorch.MiniTorchError, match="embedding ids"):
         pw.rows(np.array([4]))
     with pytest.raises(minitorch.MiniTorchError, match="cannot hold"):
-        PackedWeight.from_tiles(pw.qt, pw.st, pw.ot, pw.block, 200)
+        PackedWeight.from_tiles(*pw.tiles, pw.block, pw.per, pw.bits, 200)
     with pytest.raises(minitorch.MiniTorchError, match="tiles must be int8"):
-        PackedWeight.from_tiles(pw.qt[:, :, :8], pw.st, pw.ot, pw.block, 4)
+        PackedWeight.from_tiles(pw.qt[:, :, :8], *pw.tiles[1:], pw.block, pw.per, pw.bits, 4)
 
 
 @pytest.fixture(scope="module")
@@ -278,3 +278,79 @@ def test_kernel_reference_check_catches_kernel_slips(bug: str, monkeypatch) -> N
     scale = np.abs(x).max() * np.abs(pw.dequantize()).sum(1).max()
     with pytest.raises(AssertionError):
         np.testing.assert_allclose(y, ref, rtol=0, atol=1e-6 * scale)
+
+
+def one_hot_readout(pw: PackedWeight) -> np.ndarray:
+    """The (N, K) weights as the fast kernel sees them: one-hot activations, 16 inputs per call."""
+    from minitorch.cpu import packed as fast_packed
+
+    n, k = pw.shape
+    got = np.empty((n, k), np.float32)
+    for k0 in range(0, k, 16):
+        x = np.zeros((16, k), np.float32)
+        x[np.arange(16), k0 + np.arange(16)] = 1.0
+        out = np.empty((16, n), np.float32)
+        fast_packed.packed_linear(x, pw, out)
+        got[:, k0:k0 + 16] = out.T
+    return got
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q4_1", "Q5_K", "Q6_K", "Q8_0"])
+def test_compact_form_reads_gguf_weights_bit_for_bit(qtype: str) -> None:
+    """The nibble codes (Q4_K, Q4_1) and the int8 block scales under super-block factors (K-quants), read
+    out by the kernel with one-hot activations, are gguf's own dequantized weights bit for bit."""
+    n, k = 130, 512  # two tiles, the second partial
+    raw = random_blocks(qtype, n, k, seed=11)
+    want = gguf.quants.dequantize(raw, GGMLQuantizationType[qtype]).reshape(n, k)
+    pw = pack_raw(qtype, raw, (n, k))
+    assert pw.bits == (4 if qtype in ("Q4_K", "Q4_1") else 8)
+    assert pw.per == {"Q4_K": 8, "Q5_K": 8, "Q6_K": 16}.get(qtype, 1)
+    assert np.array_equal(one_hot_readout(pw), want)
+
+
+def test_compact_form_bytes_per_weight() -> None:
+    """Q4_K: 0.5 (nibbles) + 2/32 (sc, m) + 8/256 (d, dmin) bytes a weight; Q6_K 1 + 1/16 + 4/256; the
+    previous form (int8 codes, float32 scale and offset per block) read 1.25 and 1.5."""
+    from minitorch.packed import TILE
+
+    n, k = 2 * TILE, 512
+    q4 = pack_raw("Q4_K", random_blocks("Q4_K", n, k, 1), (n, k))
+    q6 = pack_raw("Q6_K", random_blocks("Q6_K", n, k, 2), (n, k))
+    assert q4.nbytes == n * k * (0.5 + 2 / 32 + 8 / 256)
+    assert q6.nbytes == n * k * (1 + 1 / 16 + 4 / 256)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q4_1", "Q6_K"])
+def test_compact_kernel_equals_int8_float_scale_kernel_bit_for_bit(qtype: str) -> None:
+    """The same weight as nibbles + compact scales and as the previous form (int8 codes, float32 scale and
+    offset per block) gives the same bits for every row count the row kernel takes and on the prefill
+    path: the product chain is the same, only the bytes it reads differ."""
+    from minitorch.cpu import packed as fast_packed
+
+    n, k = 200, 512
+    pw = pack_raw(qtype, random_blocks(qtype, n, k, seed=5), (n, k))
+    old = PackedWeight(*pw.codes(np.arange(n)), block=pw.block, bits=8)
+    assert old.bits == 8 and old.per == 1 and old.nbytes > pw.nbytes
+    x = np.random.default_rng(1).standard_normal((40, k)).astype(np.float32)
+    for rows in list(range(1, fast_packed.MAX_ROWS + 1)) + [40]:
+        a, b = np.empty((rows, n), np.float32), np.empty((rows, n), np.float32)
+        fast_packed.packed_linear(x[:rows].copy(), pw, a)
+        fast_packed.packed_linear(x[:rows].copy(), old, b)
+        assert np.array_equal(a, b), f"{qtype}: {rows} rows"
+
+
+def test_exactness_checks_catch_a_broken_packing() -> None:
+    """The bit-for-bit checks above fail on deliberately broken forms: nibbles in the wrong order, and
+    block scales read under the wrong super-block factor."""
+    n, k = 130, 512
+    raw = random_blocks("Q4_K", n, k, seed=11)
+    want = gguf.quants.dequantize(raw, GGMLQuantizationType.Q4_K).reshape(n, k)
+    pw = pack_raw("Q4_K", raw, (n, k))
+    assert np.array_equal(one_hot_readout(pw), want)
+    swapped = ((pw.qt >> 4) & np.uint32(0x0F0F0F0F)) | ((pw.qt << 4) & np.uint32(0xF0F0F0F0))
+    broken = PackedWeight.from_tiles(swapped, *pw.tiles[1:], pw.block, pw.per, pw.bits, n)
+    assert not np.array_equal(one_hot_readout(broken), want)
+    shifted = np.ascontiguousarray(np.roll(pw.d, 1, axis=1))  # block b under super-block b // per - 1
+    broken = PackedWeight.from_tiles(pw.qt, pw.sc, shifted, pw.m, pw.dmin, pw.block, pw.per, pw.bits, n)
+    assert not np.array_equal(one_hot_readout(broken), want)
+    assert not np.array_equal(broken.dequantize(), want)

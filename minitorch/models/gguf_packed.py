@@ -1,20 +1,23 @@
-"""GGUF quantized tensors -> PackedWeight (int8 codes + per-block float32 scale and offset), no float32 copy.
+"""GGUF quantized tensors -> PackedWeight (codes, int8 block scales, float32 super-block factors), no
+float32 copy.
 
 Each supported type stores, per block, a small header (fp16 scales, for K-quants 6-bit sub-block scales
-and minimums) and packed 4/5/6/8-bit codes. Its dequantized value is `scale * code - offset` in float32
-with the product and the difference rounded separately (gguf.quants' numpy dequantizers):
+and minimums) and packed 4/5/6/8-bit codes. Its dequantized value is `d * sc * code - dmin * m` in
+float32, each product and the difference rounded separately (gguf.quants' numpy dequantizers):
 
-  type        block  scale              offset          code range
-  Q8_0         32    d                  0               -128..127
-  Q4_0 / Q5_0  32    d                  0               -8..7 / -16..15
-  Q4_1 / Q5_1  32    d                  -m              0..15 / 0..31
-  Q4_K / Q5_K  32    d * sc[j]          dmin * m[j]     0..15 / 0..31   (sc, m: 6-bit, per 32 of 256)
-  Q6_K         16    d * scales[j]      0               -32..31         (scales: int8, per 16 of 256)
+  type        block x per  d, dmin (float32)   sc, m (int8)          code range         codes kept as
+  Q8_0         32 x 1      d, -                1, -                  -128..127          int8
+  Q4_0 / Q5_0  32 x 1      d, -                1, -                  -8..7 / -16..15    int8
+  Q4_1         32 x 1      d, -m               1, 1                  0..15              nibbles
+  Q5_1         32 x 1      d, -m               1, 1                  0..31              int8
+  Q4_K / Q5_K  32 x 8      d, dmin             sc[j], m[j] (6-bit)   0..15 / 0..31      nibbles / int8
+  Q6_K         16 x 16     d, -                scales[j] (int8)      -32..31            int8
 
 Only the header layout is ours. The codes come from the gguf library itself: dequantizing a copy of the
-blocks whose header is rewritten to scale 1 and offset 0 yields exactly the codes as floats. Scale and
-offset are computed from the header in the same float32 operations as gguf's dequantizers, so
-`PackedWeight.dequantize()` reproduces `gguf.quants.dequantize` bit for bit (tests/test_models_packed.py).
+blocks whose header is rewritten to scale 1 and offset 0 yields exactly the codes as floats. The
+factors are the header's own numbers, and the kernel and PackedWeight.dequantize() multiply them in the
+same float32 operations as gguf's dequantizers, so they reproduce `gguf.quants.dequantize` bit for bit
+(tests/test_models_packed.py).
 """
 from __future__ import annotations
 
@@ -29,7 +32,9 @@ from ..tensor_data import MiniTorchError
 from .errors import ModelLoadError
 
 PACKED_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
-PACKED_FORMAT = 2  # bump when the cached layout changes (2: tiled codes, self-contained folder)
+PACKED_FORMAT = 4  # bump when the cached layout changes (2: tiled codes, self-contained folder; 3: nibbles,
+#                   int8 block scales under float32 super-block factors; 4: nibbles as uint32 words of 8)
+_PARTS = ("q", "sc", "d", "m", "dmin")  # the tiled arrays of a PackedWeight, as PackedWeight.tiles orders them
 
 _ONE_F16 = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)  # fp16 1.0 as its two bytes
 _ZERO_F16 = np.zeros(2, dtype=np.uint8)
@@ -42,35 +47,40 @@ def _f16(blocks: np.ndarray, off: int) -> np.ndarray:
     return np.ascontiguousarray(blocks[:, off:off + 2]).view(np.float16).astype(np.float32)
 
 
-def _header(qtype: str, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(scale, offset, unit_blocks, block) for raw blocks (n_blocks, type_size) of one type."""
+def _header(qtype: str, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray],
+                                                Optional[np.ndarray], np.ndarray, int, int]:
+    """(sc, d, m, dmin, unit_blocks, block, per) for raw blocks (n_blocks, type_size) of one type: sc, m
+    int8 per block and d, dmin float32 per super-block, each (n_blocks, count) (m, dmin None: no offset)."""
     from gguf import quants
 
     unit = blocks.copy()
     if qtype in ("Q8_0", "Q4_0", "Q5_0"):
         d = _f16(blocks, 0)
         unit[:, 0:2] = _ONE_F16
-        return d, np.zeros_like(d), unit, 32
+        return np.ones(d.shape, np.int8), d, None, None, unit, 32, 1
     if qtype in ("Q4_1", "Q5_1"):
         d, m = _f16(blocks, 0), _f16(blocks, 2)
         unit[:, 0:2], unit[:, 2:4] = _ONE_F16, _ZERO_F16
-        return d, -m, unit, 32
+        ones = np.ones(d.shape, np.int8)
+        return ones, d, ones, -m, unit, 32, 1
     if qtype in ("Q4_K", "Q5_K"):
         d, dmin = _f16(blocks, 0), _f16(blocks, 2)
         sc, m = quants.Q4_K.get_scale_min(np.ascontiguousarray(blocks[:, 4:16]))
         unit[:, 0:2], unit[:, 2:4], unit[:, 4:16] = _ONE_F16, _ZERO_F16, _UNIT_K_SCALES
-        return d * sc.astype(np.float32), dmin * m.astype(np.float32), unit, 32
+        sc, m = sc.reshape(len(blocks), 8), m.reshape(len(blocks), 8)  # 6-bit: 0..63, exact in int8
+        return sc.astype(np.int8), d, m.astype(np.int8), dmin, unit, 32, 8
     if qtype == "Q6_K":
-        scales = np.ascontiguousarray(blocks[:, 192:208]).view(np.int8).astype(np.float32)
+        scales = np.ascontiguousarray(blocks[:, 192:208]).view(np.int8)
         d = _f16(blocks, 208)
         unit[:, 192:208], unit[:, 208:210] = 1, _ONE_F16
-        a = d * scales
-        return a, np.zeros_like(a), unit, 16
+        return scales.copy(), d, None, None, unit, 16, 16
     raise ModelLoadError(f"no packed form for GGUF type {qtype} (packed: {', '.join(PACKED_TYPES)})")
 
 
-def pack_raw(qtype: str, raw: np.ndarray, shape: tuple[int, int], name: str = "tensor") -> PackedWeight:
-    """PackedWeight (N, K) from the raw bytes of a GGUF tensor of type `qtype` holding an (N, K) weight."""
+def pack_raw(qtype: str, raw: np.ndarray, shape: tuple[int, int], name: str = "tensor",
+             bits: Optional[int] = None) -> PackedWeight:
+    """PackedWeight (N, K) from the raw bytes of a GGUF tensor of type `qtype` holding an (N, K) weight
+    (bits None: nibbles where the codes fit, see packed.py; 8 forces int8 codes, the previous form)."""
     from gguf import GGMLQuantizationType, quants
     from gguf.constants import GGML_QUANT_SIZES
 
@@ -82,13 +92,16 @@ def pack_raw(qtype: str, raw: np.ndarray, shape: tuple[int, int], name: str = "t
     blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(-1, type_size)
     if blocks.shape[0] * values_per_block != n * k:
         raise ModelLoadError(f"{name}: {blocks.shape[0]} {qtype} blocks do not hold a {n}x{k} weight")
-    scale, offset, unit, block = _header(qtype, blocks)
+    sc, d, m, dmin, unit, block, per = _header(qtype, blocks)
     codes = quants.dequantize(unit.reshape(n, -1), gtype).reshape(n, k)
     q = codes.astype(np.int8)
     if not np.array_equal(q.astype(np.float32), codes):  # would mean our header layout is wrong
         raise ModelLoadError(f"{name}: {qtype} codes did not decode to small integers")
-    return PackedWeight(q, np.ascontiguousarray(scale.reshape(n, k // block), dtype=np.float32),
-                        np.ascontiguousarray(offset.reshape(n, k // block), dtype=np.float32), block)
+
+    def rows(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        return None if a is None else np.ascontiguousarray(a.reshape(n, -1))
+
+    return PackedWeight.from_blocks(q, block, per, rows(sc), rows(d), rows(m), rows(dmin), bits=bits)
 
 
 def pack_tensor(tensor: Any, path: Union[str, Path] = "") -> Optional[PackedWeight]:
@@ -111,9 +124,10 @@ def build_packed_cache(path: Union[str, Path], out_dir: Path, progress: bool = T
         pw = pack_tensor(tensor, path)
         if pw is None:
             return None
-        for part, arr in (("q", pw.qt), ("scale", pw.st), ("offset", pw.ot)):  # tiled (packed.py)
+        for part, arr in zip(_PARTS, pw.tiles):  # tiled (packed.py)
             np.save(folder / f"{name}.{part}.npy", arr)
-        return {"block": pw.block, "rows": pw.shape[0], "type": tensor.tensor_type.name}
+        return {"block": pw.block, "per": pw.per, "bits": pw.bits, "rows": pw.shape[0],
+                "type": tensor.tensor_type.name}
 
     with building_folder(out_dir, "packed.json") as tmp:
         manifest = fill_cache_folder(path, tmp, progress, "packing", store)
@@ -136,8 +150,9 @@ def load_packed(path: Union[str, Path], cache_dir: Optional[Union[str, Path]] = 
     weights: dict[str, Any] = {}
     for name, info in manifest.items():
         try:
-            parts = [np.asarray(np.load(out_dir / f"{name}.{p}.npy", mmap_mode="r")) for p in ("q", "scale", "offset")]
-            weights[name] = PackedWeight.from_tiles(*parts, block=int(info["block"]), n=int(info["rows"]))
+            parts = [np.asarray(np.load(out_dir / f"{name}.{p}.npy", mmap_mode="r")) for p in _PARTS]
+            weights[name] = PackedWeight.from_tiles(*parts, block=int(info["block"]), per=int(info["per"]),
+                                                    bits=int(info["bits"]), n=int(info["rows"]))
         except (ValueError, OSError, KeyError, MiniTorchError) as e:
             raise ModelLoadError(f"corrupt packed weight {name} in {out_dir} ({_first_line(e)}); "
                                  "delete the folder and reload") from None
