@@ -213,26 +213,34 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
                   load_seconds=time.perf_counter() - t0, on_gpu_graphs=True)
 
 
-WARM_PROMPT_TOKENS = 24  # more than 16 rows: the long-prompt prefill path (minitorch/cpu/packed.py) runs too
+WARM_PROMPT_TOKENS = 128  # long enough for every prefill path: more than 16 rows (the packed kernel's
+# BLAS rebuild) and past PARALLEL_ATTENTION_WORK (minitorch/cpu/ops.py: threaded attention) for 1.5B-class models
 
 
 def warm_up(models: Models, prompt_ids: Sequence[int] | None = None, cfg: Any = None, gamma: int = 4,
             drafter: str | None = None) -> float:
     """Run each generation path once, briefly, before anything is timed: a target-alone and (when there
     is a draft) a draft-alone generation of 3 tokens and a speculative one of a few rounds, with the
-    settings of the timed runs, on the first WARM_PROMPT_TOKENS of the prompt. First-run costs (numba
-    compiling each kernel variant on a fresh checkout, weights paged in from disk, CUDA graphs captured)
-    are then billed to the warm-up, not to whichever timed generation happens to run first. Returns its
-    seconds, which the programs print apart from the timings."""
+    settings of the timed runs, on a WARM_PROMPT_TOKENS-token prompt (the prompt's tokens repeated or cut;
+    at most what the models' context leaves). First-run costs (numba compiling each kernel variant on a
+    fresh checkout, weights paged in from disk, CUDA graphs captured) are then billed to the warm-up, not
+    to whichever timed generation happens to run first. Returns its seconds, which the programs print
+    apart from the timings."""
+    from minitorch.generation.autoregressive import context_limit
+
     t0 = time.perf_counter()
     generate, speculative = models.functions()
-    ids = list(prompt_ids or range(3, 3 + WARM_PROMPT_TOKENS))[:WARM_PROMPT_TOKENS]
+    new = 2 * gamma + 2
+    limits = [context_limit(m) for m in (models.target, models.draft) if m is not None]
+    n = min([WARM_PROMPT_TOKENS] + [lim - new - 1 for lim in limits if lim])
+    base = list(prompt_ids or []) or list(range(3, 3 + n))
+    ids = (base * (n // len(base) + 1))[:max(n, 1)]
     for model in (models.target, models.draft):
         if model is not None:
             generate(model, ids, 3, cfg, vocab_size=models.vocab_size)
     kind = drafter or ("model" if models.draft is not None else "ngram")
     if kind == "ngram" or models.draft is not None:
-        speculative(models.target, models.make_drafter(kind), ids, 2 * gamma + 2, cfg, gamma=gamma,
+        speculative(models.target, models.make_drafter(kind), ids, new, cfg, gamma=gamma,
                     vocab_size=models.vocab_size)
     return time.perf_counter() - t0
 

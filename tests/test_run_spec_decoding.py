@@ -208,3 +208,62 @@ def test_model_errors_exit_2_with_one_line(model_folders, make_args, word):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and word in lines[0], res.stderr
     assert "Traceback" not in res.stderr
+
+
+# ----------------------------------------------------------------------------- warm-up coverage
+
+def _record_kernel_calls(monkeypatch) -> set[str]:
+    """Replace every numba kernel of the CPU backend's modules by a wrapper that records its name, so a test
+    sees which kernels a run calls (the backend looks them up on the module at call time)."""
+    import importlib
+
+    from numba.core.registry import CPUDispatcher
+
+    called: set[str] = set()
+    for name in ("fused", "kernels", "matmul", "packed"):
+        mod = importlib.import_module(f"minitorch.cpu.{name}")
+        for attr, fn in list(vars(mod).items()):
+            if isinstance(fn, CPUDispatcher):
+                def wrapper(*a, _fn=fn, _key=f"{name}.{attr}", **k):
+                    called.add(_key)
+                    return _fn(*a, **k)
+                monkeypatch.setattr(mod, attr, wrapper)
+    return called
+
+
+@pytest.mark.parametrize("warm_tokens", [None, 24])
+def test_warm_up_runs_every_kernel_the_timed_runs_call(model_folders, monkeypatch, warm_tokens):
+    """The demo times warm code only: every CPU kernel that the timed speculative and target-alone runs call
+    (so every numba compilation they could trigger) was already called by warm_up. The threaded attention
+    is made to start at a 100-token prefill, as a 1.5B model's does near 74 tokens (PARALLEL_ATTENTION_WORK),
+    and the prompt has 110 tokens. With the old 24-token warm-up (warm_tokens=24) the threaded attention
+    first runs inside the timed speculative run: a fresh clone's first demo paid its compilation there."""
+    import argparse
+
+    from minitorch.cpu import ops as cpu_ops
+    from minitorch.generation import SamplingConfig
+
+    args = argparse.Namespace(target=str(model_folders / "target"), draft=str(model_folders / "draft"),
+                              drafter="model", backend="cpu", dtype="auto", weights="auto", draft_vocab=0)
+    models = cli_common.load_models(args, progress=False)
+    cfg = models.target.config
+    d = cfg.hidden_size // cfg.num_attention_heads
+    monkeypatch.setattr(cpu_ops, "PARALLEL_ATTENTION_WORK", cfg.num_attention_heads * d * 100 * 100)
+    if warm_tokens is not None:
+        monkeypatch.setattr(cli_common, "WARM_PROMPT_TOKENS", warm_tokens)
+    called = _record_kernel_calls(monkeypatch)
+    prompt = [3 + (7 * i) % 300 for i in range(110)]
+    sampling = SamplingConfig()
+    cli_common.warm_up(models, prompt, sampling, gamma=4, drafter="model")
+    warmed = set(called)
+    called.clear()
+    generate, speculative = models.functions()
+    speculative(models.target, models.make_drafter("model"), prompt, 12, sampling, models.stop_ids, gamma=4,
+                vocab_size=models.vocab_size)
+    generate(models.target, prompt, 12, sampling, models.stop_ids, vocab_size=models.vocab_size)
+    assert "fused.attention_parallel" in called  # the timed runs do take the threaded attention
+    missed = called - warmed
+    if warm_tokens is None:
+        assert not missed, f"kernels first called in a timed run: {sorted(missed)}"
+    else:
+        assert "fused.attention_parallel" in missed
