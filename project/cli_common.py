@@ -233,7 +233,7 @@ def warm_up(models: Models, prompt_ids: Sequence[int] | None = None, cfg: Any = 
     new = 2 * gamma + 2
     limits = [context_limit(m) for m in (models.target, models.draft) if m is not None]
     n = min([WARM_PROMPT_TOKENS] + [lim - new - 1 for lim in limits if lim])
-    base = list(prompt_ids or []) or list(range(3, 3 + n))
+    base = list(prompt_ids or []) or [3 + i % max(models.vocab_size - 3, 1) for i in range(n)]
     ids = (base * (n // len(base) + 1))[:max(n, 1)]
     for model in (models.target, models.draft):
         if model is not None:
