@@ -122,17 +122,22 @@ def _num(pattern: str, text: str, what: str) -> list[float]:
     return [float(g) for g in m.groups()]
 
 
+def run_llama(cmd: list[str]) -> tuple[subprocess.CompletedProcess, str, float]:
+    """Run one llama.cpp program: (its result, stderr + stdout, wall seconds); a failure is a BenchError."""
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    if p.returncode:
+        raise BenchError(f"{Path(cmd[0]).name} failed ({p.returncode}): {p.stderr.strip()[-400:]}")
+    return p, p.stderr + p.stdout, wall
+
+
 def llama_target(bin_dir: Path, model: Path, prompt_file: Path, n_new: int, threads: int, ctx: int,
                  extra: list[str]) -> dict[str, Any]:
     cmd = [str(bin_dir / "llama-completion"), "-m", str(model), "-f", str(prompt_file), "-n", str(n_new),
            "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "--temp", "0", "--top-k", "1", "--seed", "0",
            "-no-cnv", "--no-display-prompt", *extra]
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    wall = time.perf_counter() - t0
-    if p.returncode:
-        raise BenchError(f"llama-completion failed ({p.returncode}): {p.stderr.strip()[-400:]}")
-    log = p.stderr + p.stdout
+    p, log, wall = run_llama(cmd)
     prompt_ms, prompt_n = _num(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", log, "prompt eval time")
     eval_ms, runs = _num(r"\beval time =\s*([\d.]+) ms /\s*(\d+) runs", log, "eval time")
     return {"text": p.stdout, "prompt_tokens": int(prompt_n), "prefill_s": prompt_ms / 1e3,
@@ -144,12 +149,7 @@ def llama_spec(bin_dir: Path, model: Path, draft: Path, prompt_file: Path, n_new
     cmd = [str(bin_dir / "llama-speculative-simple"), "-m", str(model), "-md", str(draft), "-f", str(prompt_file),
            "-n", str(n_new), "-t", str(threads), "-tb", str(threads), "-td", str(threads), "-c", str(ctx),
            "--temp", "0", "--top-k", "1", "--seed", "0", "--spec-draft-n-max", str(gamma), "--spec-type", "draft-simple", *extra]
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    wall = time.perf_counter() - t0
-    if p.returncode:
-        raise BenchError(f"llama-speculative-simple failed ({p.returncode}): {p.stderr.strip()[-400:]}")
-    log = p.stderr + p.stdout
+    p, log, wall = run_llama(cmd)
     n, secs = _num(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", log, "decoded")
     drafted, accepted = _num(r"n_drafted\s*=\s*(\d+)\s+.*?n_accept\s*=\s*(\d+)", log.replace("\n", " "), "n_accept")
     return {"text": p.stdout, "decode_tokens": int(n), "decode_s": secs, "n_tokens": int(n), "wall_s": wall,
