@@ -250,6 +250,86 @@ __device__ __forceinline__ void load_w(const P (&wr)[ROWS], int k8, int K8, uint
   for (int r = 0; r < ROWS; ++r) w[r] = k8 < K8 ? __ldg(wr[r] + k8) : make_uint4(0u, 0u, 0u, 0u);
 }
 
+// After the reduction: red[w][r * TMAX + t] holds warp w's partial sum of output row n0 + r, token t; the
+// sum is taken over the 8 warps in order, then written as OUT says. Shared by the CUDA-core GEMV above and
+// the tensor-core GEMV below. EE: the one-token kernels loaded the epilogue operands early (eb1 / eb2: the
+// qkv bias pair, epos: the cache position, rold: the residual value).
+template <int ROWS, int TMAX, int OUT, bool EE>
+__device__ __forceinline__ void gemv_epilogue(float (*red)[ROWS * TMAX], int n0, int N, int T,
+                                              bf16_t* __restrict__ yb, float* __restrict__ yf,
+                                              float* __restrict__ resid, const bf16_t* __restrict__ nw,
+                                              float eps, unsigned int* counter, const RopeArgs& ra,
+                                              float eb1, float eb2, int epos, float rold) {
+  const int tid = threadIdx.x;
+  if (OUT == OUT_QKVROPE) {
+    // rows n0 + 2p, n0 + 2p + 1 = elements i, i + D/2 of head h (permuted rows): bias, rotate, write
+    // q / the K cache / the V cache, exactly as qkv_rope_append_il_bf16 does from the bf16 product
+    if (tid < (ROWS / 2) * TMAX) {
+      const int p = tid / TMAX, t = tid % TMAX, n = n0 + 2 * p;
+      if (n < N && t < T) {  // N = H3 * D, D even: row n + 1 exists too
+        float x1 = 0.f, x2 = 0.f;
+#pragma unroll
+        for (int w = 0; w < GEMV_THREADS / 32; ++w) x1 += red[w][(2 * p) * TMAX + t];
+#pragma unroll
+        for (int w = 0; w < GEMV_THREADS / 32; ++w) x2 += red[w][(2 * p + 1) * TMAX + t];
+        x1 = round_bf16(x1);
+        x2 = round_bf16(x2);
+        if (ra.bias) {
+          if (!EE) { eb1 = to_f(ra.bias[n]); eb2 = to_f(ra.bias[n + 1]); }
+          x1 = __fadd_rn(x1, eb1);
+          x2 = __fadd_rn(x2, eb2);
+        }
+        if (!EE) epos = *ra.pos;
+        const int D = ra.out.D, h = n / D, i = (n - h * D) >> 1;
+        qkv_store_pair<bf16_t>(ra.out, h, t, epos + t, i, x1, x2, ra.theta, RopeExact());
+      }
+    }
+    return;
+  }
+  if (OUT == OUT_GUSILU) {
+    // rows n0 + 2p (gate) and n0 + 2p + 1 (up) -> column (n0 / 2) + p of the SwiGLU product
+    if (tid < (ROWS / 2) * TMAX) {
+      const int p = tid / TMAX, t = tid % TMAX, n = n0 + 2 * p;
+      if (n < N && t < T) {  // N even: row n + 1 exists too
+        float g = 0.f, u = 0.f;
+#pragma unroll
+        for (int w = 0; w < GEMV_THREADS / 32; ++w) g += red[w][(2 * p) * TMAX + t];
+#pragma unroll
+        for (int w = 0; w < GEMV_THREADS / 32; ++w) u += red[w][(2 * p + 1) * TMAX + t];
+        g = round_bf16(g);
+        u = round_bf16(u);
+        yb[(i64)t * (N >> 1) + (n >> 1)] = from_f<bf16_t>(g / (1.f + __expf(-g)) * u);
+      }
+    }
+    return;
+  }
+  if (tid < ROWS * TMAX) {
+    const int r = tid / TMAX, t = tid % TMAX, n = n0 + r;
+    if (n < N && t < T) {
+      float s = 0.f;
+#pragma unroll
+      for (int w = 0; w < GEMV_THREADS / 32; ++w) s += red[w][tid];
+      i64 o = (i64)t * N + n;
+      if (OUT == OUT_RESNORM || resid) resid[o] = (EE ? rold : resid[o]) + s;
+      else if (yf) yf[o] = s;
+      else yb[o] = from_f<bf16_t>(s);
+    }
+  }
+  if (OUT == OUT_RESNORM) {
+    // grid-wide ticket: the last block to finish normalises the (now complete) residual rows
+    __shared__ int s_last;
+    __threadfence();  // this block's resid writes, visible device-wide before its ticket
+    __syncthreads();
+    if (tid == 0) s_last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int t = 0; t < T; ++t)  // `red` as a flat buffer: 8 * ROWS * TMAX >= 8 floats
+      resnorm_row(resid + (i64)t * N, nw, yb + (i64)t * N, N, eps, &red[0][0]);
+    if (tid == 0) *counter = 0u;  // ready for the next launch (which waits for this grid to finish)
+  }
+}
+
 // CH: weight chunks of each row in flight per thread (2, or 1 for the 8-rows-a-block kernels). Either
 // way thread tid accumulates chunks tid, tid + 256, tid + 512, ... in increasing order, so every
 // instantiation sums a token's row in the same order.
@@ -427,73 +507,145 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
       }
   }
   __syncthreads();
-  if (OUT == OUT_QKVROPE) {
-    // rows n0 + 2p, n0 + 2p + 1 = elements i, i + D/2 of head h (permuted rows): bias, rotate, write
-    // q / the K cache / the V cache, exactly as qkv_rope_append_il_bf16 does from the bf16 product
-    if (tid < (ROWS / 2) * TMAX) {
-      const int p = tid / TMAX, t = tid % TMAX, n = n0 + 2 * p;
-      if (n < N && t < T) {  // N = H3 * D, D even: row n + 1 exists too
-        float x1 = 0.f, x2 = 0.f;
+  gemv_epilogue<ROWS, TMAX, OUT, EE>(red, n0, N, T, yb, yf, resid, nw, eps, counter, ra, eb1, eb2, epos, rold);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Tensor-core GEMV for 1..TT tokens (TT = 8 or 16): gemvtc{TT}[_gusilu|_resnorm|_qkvrope]_bf16, the
+// products of the exact mode gemv="tc" (minitorch/cuda/decoder.py), decode and verify steps alike.
+// Block: 8 output rows, 256 threads (8 warps) splitting K in chunks of 32 inputs: warp w takes chunks
+// w, w + 8, w + 16, ... in increasing order and accumulates them with mma.m16n8k16 (bf16 in, fp32
+// accumulate): A = the tokens (16 rows: token t in row t, zero rows past T), B = the block's 8 weight
+// rows, D = (16 tokens x 8 rows) in the warp's registers. Lane (g = lane / 4, c = lane % 4) loads one
+// 16-byte piece of weight row n0 + g, inputs 32 ch + 8 c .. + 7, and the same inputs of tokens g and
+// g + 8; the piece's first 4 inputs are the mma's k slots (2c, 2c + 1, 2c + 8, 2c + 9) of one mma, the
+// last 4 of a second one. That maps k slots to inputs the same way for A and B (any fixed permutation
+// of the summation index leaves the product's terms unchanged), so every load is a coalesced 16-byte
+// load of a row, and no shared memory or ldmatrix is needed.
+// Exactness: the tensor core computes each D element from its own A row and B column, so token t's
+// sums do not depend on the other tokens (zero or not), on T, or on TT (gemvtc8 hard-wires rows 8..15
+// to zero; gemvtc16 loads them): every step of <= 16 tokens gives a token the bits a one-token step
+// gives it, the foundation of greedy speculative == greedy autoregressive in this mode. The 8 warps'
+// partial sums are then added in order by gemv_epilogue, like the CUDA-core kernels'.
+// NT: weight tiles of 8 rows a block (1: gemvtc{TT}_*, 8 rows; 2: gemvtc{TT}w_*, 16 rows, for products
+// with many output rows: twice the weight bytes in flight per thread for one set of token loads). The
+// tiles' mma's are independent, so NT changes no bit; neither does U (chunks a warp loads per round:
+// the chunks are accumulated in the same order however they are grouped into loads). Only the split of
+// K over the 8 warps fixes the order. GEMV_TC_U<TT>[W]: U per instantiation (build-time A/B).
+#ifndef GEMV_TC_U8
+#define GEMV_TC_U8 4
+#endif
+#ifndef GEMV_TC_U8W
+#define GEMV_TC_U8W 4
+#endif
+#ifndef GEMV_TC_U16
+#define GEMV_TC_U16 4
+#endif
+#ifndef GEMV_TC_U16W
+#define GEMV_TC_U16W 2
+#endif
+#ifndef GEMV_TC_PREFETCH
+#define GEMV_TC_PREFETCH 1  // 0: a round's weights are loaded only after the previous round's products
+#endif
+#ifndef GEMV_TC_BROKEN
+#define GEMV_TC_BROKEN 0  // tests only: token t's sums pick up token t + 1's inputs (rows of A shifted)
+#endif
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2,
+                                               unsigned int a3, unsigned int b0, unsigned int b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+template <int TT, int NT, int U, int OUT>
+__device__ void gemv_tc_body(const bf16_t* __restrict__ W, const bf16_t* __restrict__ x, const bf16_t* __restrict__ nw,
+                             float eps, bf16_t* __restrict__ yb, float* __restrict__ yf, float* __restrict__ resid,
+                             int N, int K, int T, int x_stride, unsigned int* counter, const RopeArgs ra) {
+  constexpr int ROWS = 8 * NT, WARPS = GEMV_THREADS / 32;
+  __shared__ float red[WARPS][ROWS * TT];
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, c = lane & 3;
+  const int n0 = blockIdx.x * ROWS;
+  const int NC = (K + 31) >> 5, K8 = K >> 3;  // chunks of 32 inputs; 16-byte pieces of a row
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const uint4* __restrict__ wrow[NT];
 #pragma unroll
-        for (int w = 0; w < GEMV_THREADS / 32; ++w) x1 += red[w][(2 * p) * TMAX + t];
+  for (int j = 0; j < NT; ++j) wrow[j] = reinterpret_cast<const uint4*>(W + (i64)min(n0 + 8 * j + g, N - 1) * K);
+  const int gl = GEMV_TC_BROKEN ? g + 1 : g;
+  const uint4* __restrict__ xlo = reinterpret_cast<const uint4*>(x + (i64)gl * x_stride);        // token g
+  const uint4* __restrict__ xhi = reinterpret_cast<const uint4*>(x + (i64)(gl + 8) * x_stride);  // token g + 8
+  const bool lo = gl < T, hi = TT == 16 && gl + 8 < T;
+  uint4 wv[U][NT];
 #pragma unroll
-        for (int w = 0; w < GEMV_THREADS / 32; ++w) x2 += red[w][(2 * p + 1) * TMAX + t];
-        x1 = round_bf16(x1);
-        x2 = round_bf16(x2);
-        if (ra.bias) {
-          if (!EE) { eb1 = to_f(ra.bias[n]); eb2 = to_f(ra.bias[n + 1]); }
-          x1 = __fadd_rn(x1, eb1);
-          x2 = __fadd_rn(x2, eb2);
+  for (int u = 0; u < U; ++u) {  // the first round's weights before the wait (they are constant)
+    const int p = 4 * (wid + WARPS * u) + c;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) wv[u][j] = p < K8 ? __ldg(wrow[j] + p) : zero;
+  }
+  pdl_wait();  // x / resid / pos / outputs are touched only after this
+  pdl_trigger();
+  float d[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.f;
+  for (int ch0 = wid; ch0 < NC; ch0 += WARPS * U) {
+#if GEMV_TC_PREFETCH
+    // the next round's weights are loaded before this round's products (two rounds in flight)
+    uint4 wn[U][NT];
+    const bool more = ch0 + WARPS * U < NC;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int p = 4 * (ch0 + WARPS * (U + u)) + c;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) wn[u][j] = more && p < K8 ? __ldg(wrow[j] + p) : zero;
+    }
+#else
+    if (ch0 != wid) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int p = 4 * (ch0 + WARPS * u) + c;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) wv[u][j] = p < K8 ? __ldg(wrow[j] + p) : zero;
+      }
+    }
+#endif
+    uint4 xa[U], xb[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int p = 4 * (ch0 + WARPS * u) + c;
+      xa[u] = lo && p < K8 ? __ldg(xlo + p) : zero;
+      xb[u] = hi && p < K8 ? __ldg(xhi + p) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (ch0 + WARPS * u < NC) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          mma_bf16_16816(d[j], xa[u].x, xb[u].x, xa[u].y, xb[u].y, wv[u][j].x, wv[u][j].y);
+          mma_bf16_16816(d[j], xa[u].z, xb[u].z, xa[u].w, xb[u].w, wv[u][j].z, wv[u][j].w);
         }
-        if (!EE) epos = *ra.pos;
-        const int D = ra.out.D, h = n / D, i = (n - h * D) >> 1;
-        qkv_store_pair<bf16_t>(ra.out, h, t, epos + t, i, x1, x2, ra.theta, RopeExact());
       }
     }
-    return;
+#if GEMV_TC_PREFETCH
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) wv[u][j] = wn[u][j];
+#endif
   }
-  if (OUT == OUT_GUSILU) {
-    // rows n0 + 2p (gate) and n0 + 2p + 1 (up) -> column (n0 / 2) + p of the SwiGLU product
-    if (tid < (ROWS / 2) * TMAX) {
-      const int p = tid / TMAX, t = tid % TMAX, n = n0 + 2 * p;
-      if (n < N && t < T) {  // N even: row n + 1 exists too
-        float g = 0.f, u = 0.f;
+  // tile j: d0 / d1 = token g, rows 8j + 2c / 8j + 2c + 1; d2 / d3 = token g + 8 (TT = 16 only)
 #pragma unroll
-        for (int w = 0; w < GEMV_THREADS / 32; ++w) g += red[w][(2 * p) * TMAX + t];
-#pragma unroll
-        for (int w = 0; w < GEMV_THREADS / 32; ++w) u += red[w][(2 * p + 1) * TMAX + t];
-        g = round_bf16(g);
-        u = round_bf16(u);
-        yb[(i64)t * (N >> 1) + (n >> 1)] = from_f<bf16_t>(g / (1.f + __expf(-g)) * u);
-      }
-    }
-    return;
-  }
-  if (tid < ROWS * TMAX) {
-    const int r = tid / TMAX, t = tid % TMAX, n = n0 + r;
-    if (n < N && t < T) {
-      float s = 0.f;
-#pragma unroll
-      for (int w = 0; w < GEMV_THREADS / 32; ++w) s += red[w][tid];
-      i64 o = (i64)t * N + n;
-      if (OUT == OUT_RESNORM || resid) resid[o] = (EE ? rold : resid[o]) + s;
-      else if (yf) yf[o] = s;
-      else yb[o] = from_f<bf16_t>(s);
+  for (int j = 0; j < NT; ++j) {
+    red[wid][(8 * j + 2 * c) * TT + g] = d[j][0];
+    red[wid][(8 * j + 2 * c + 1) * TT + g] = d[j][1];
+    if (TT == 16) {
+      red[wid][(8 * j + 2 * c) * TT + g + 8] = d[j][2];
+      red[wid][(8 * j + 2 * c + 1) * TT + g + 8] = d[j][3];
     }
   }
-  if (OUT == OUT_RESNORM) {
-    // grid-wide ticket: the last block to finish normalises the (now complete) residual rows
-    __shared__ int s_last;
-    __threadfence();  // this block's resid writes, visible device-wide before its ticket
-    __syncthreads();
-    if (tid == 0) s_last = atomicAdd(counter, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    for (int t = 0; t < T; ++t)  // `red` as a flat buffer: 8 * ROWS * TMAX >= 8 floats
-      resnorm_row(resid + (i64)t * N, nw, yb + (i64)t * N, N, eps, &red[0][0]);
-    if (tid == 0) *counter = 0u;  // ready for the next launch (which waits for this grid to finish)
-  }
+  __syncthreads();
+  gemv_epilogue<ROWS, TT, OUT, false>(red, n0, N, T, yb, yf, resid, nw, eps, counter, ra, 0.f, 0.f, 0, 0.f);
 }
 
 extern "C" {
@@ -571,4 +723,34 @@ GEMV_INST(4, 4)
 GEMV_INST(5, 4)
 GEMV_INST(8, 4)
 GEMV_INST(16, 2)
+// tensor-core kernels (gemv="tc"): the plain / epilogue argument lists of the kernels above
+#define GEMV_TC_INST(NAME, TT, NT, U, MINB)                                                               \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_bf16(                                       \
+      const bf16_t* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid,   \
+      int N, int K, int T, int x_stride) {                                                                 \
+    gemv_tc_body<TT, NT, U, OUT_PLAIN>(W, (const bf16_t*)x, nw, eps, yb, yf, resid, N, K, T, x_stride, 0, \
+                                       RopeArgs{});                                                        \
+  }                                                                                                        \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_gusilu_bf16(                                \
+      const bf16_t* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid,   \
+      int N, int K, int T, int x_stride, unsigned int* counter) {                                          \
+    gemv_tc_body<TT, NT, U, OUT_GUSILU>(W, (const bf16_t*)x, nw, eps, yb, yf, resid, N, K, T, x_stride,   \
+                                        counter, RopeArgs{});                                              \
+  }                                                                                                        \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_resnorm_bf16(                               \
+      const bf16_t* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid,   \
+      int N, int K, int T, int x_stride, unsigned int* counter) {                                          \
+    gemv_tc_body<TT, NT, U, OUT_RESNORM>(W, (const bf16_t*)x, nw, eps, yb, yf, resid, N, K, T, x_stride,  \
+                                         counter, RopeArgs{});                                             \
+  }                                                                                                        \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_qkvrope_bf16(                               \
+      const bf16_t* W, const bf16_t* x, int N, int K, int T, const bf16_t* bias, bf16_t* q_out, bf16_t* kc, \
+      bf16_t* vc, const int* pos, int Hq, int Hkv, int D, int max_len, float theta) {                      \
+    gemv_tc_body<TT, NT, U, OUT_QKVROPE>(W, x, 0, 0.f, 0, 0, 0, N, K, T, K, 0,                            \
+                                         RopeArgs{bias, pos, theta, QkvOut<bf16_t>{q_out, kc, vc, Hq, Hkv, D, max_len}}); \
+  }
+GEMV_TC_INST(gemvtc8, 8, 1, GEMV_TC_U8, 2)
+GEMV_TC_INST(gemvtc8w, 8, 2, GEMV_TC_U8W, 2)
+GEMV_TC_INST(gemvtc16, 16, 1, GEMV_TC_U16, 2)
+GEMV_TC_INST(gemvtc16w, 16, 2, GEMV_TC_U16W, 2)
 }

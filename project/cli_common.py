@@ -51,6 +51,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="cuda: verify drafts with cuBLAS tensor cores (cheaper verify steps; a near-tie between two "
                         "logits may then resolve differently than in the target-alone run). Default: our GEMV, whose "
                         "verify steps reproduce the decode steps' logits bit for bit")
+    g.add_argument("--gpu-gemv", choices=("auto", "tc", "ours"), default="auto",
+                   help="cuda, exact verify: the products of decode and verify steps in our tensor-core GEMV (tc: "
+                        "one mma kernel for 1..16 tokens) or our CUDA-core GEMV (ours); both give a verify step "
+                        "the decode steps' bits. auto (default): tc on GPUs of compute capability >= 8.0")
     g.add_argument("--weights", choices=("auto", "packed", "float32"), default="auto",
                    help="packed: a GGUF's tensors kept as the file's int8 codes + block scales (same values, ~1/3 "
                         "of the memory, faster on the cpu); float32: expanded to float32; auto (default): packed "
@@ -196,17 +200,23 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
     from minitorch.cuda.decoder import CudaDecoder, weights_from_model
 
     t0 = time.perf_counter()
-    gemv = "ours1" if getattr(args, "fast_verify", False) else "ours"
+    gemv = "ours1" if getattr(args, "fast_verify", False) else getattr(args, "gpu_gemv", "auto")
+    if gemv == "auto":
+        from minitorch.cuda.launch import tensor_cores_supported
 
-    def decoder(name: str) -> tuple[Any, Any]:
+        gemv = "tc" if tensor_cores_supported() else "ours"
+
+    def decoder(name: str, kind: str) -> tuple[Any, Any]:
         model, tok = load_model(name, backend=FastBackend, dtype="float32", progress=progress, weights="float32")
         limit = int(getattr(model.config, "max_position_embeddings", 0) or GPU_MAX_LEN)
-        return CudaDecoder(model.config, weights_from_model(model), max_len=min(limit, GPU_MAX_LEN), gemv=gemv), tok
+        return CudaDecoder(model.config, weights_from_model(model), max_len=min(limit, GPU_MAX_LEN), gemv=kind), tok
 
-    target, tok = decoder(args.target)
+    target, tok = decoder(args.target, gemv)
     draft = None
     if need_draft if need_draft is not None else args.drafter == "model":
-        draft, draft_tok = decoder(args.draft)
+        # the draft's bits never reach the output (the target's verify decides every token), so it runs the
+        # fastest one-token kernels whatever the target's exact mode: our CUDA-core GEMV
+        draft, draft_tok = decoder(args.draft, "ours1" if gemv == "ours1" else "ours")
         check_compatible(draft_tok, tok)
     vocab = min(target.V, draft.V if draft is not None else target.V, int(tok.vocab_size))
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab, stop_ids=set(tok.stop_token_ids),

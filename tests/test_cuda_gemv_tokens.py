@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cuda_helpers import needs_gpu, up
+from cuda_helpers import needs_gpu, round_bf16, up
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 
@@ -81,3 +81,53 @@ def test_several_token_gusilu_equals_one_token_bitwise(tm, I, K):
                      (up(w, "bfloat16").storage, up(x, "bfloat16").storage, z, np.float32(0), act, z, z,
                       np.int32(2 * I), np.int32(K), np.int32(T), np.int32(K), counter))
     np.testing.assert_array_equal(act.get(), one_token_rows("gemv1_gusilu_bf16", w, x, I, "yb", counter))
+
+
+# ----------------------------------------------------------------------------- tensor-core GEMV (gemv="tc")
+# gemvtc8 (1..8 tokens) and gemvtc16 (1..16 tokens): mma.m16n8k16 with the tokens as the A rows. A build
+# with -DGEMV_TC_BROKEN=1 (token t's sums read token t + 1's inputs) fails both tests below.
+TC_SHAPES = [(37, 264), (1536, 1536), (515, 8960), (1000, 72), (8, 2056), (896, 4864)]  # N, K
+
+
+def tc_launch(tt, w_dev, x, N, K):  # tt: "8", "8w", "16" or "16w" (w: 16 rows a block)
+    import cupy as cp
+
+    from minitorch.cuda.runtime import kernels
+
+    z = np.uint64(0)
+    T = x.shape[0]
+    y = cp.full((T, N), np.nan, cp.float32)  # poisoned: every element must be written
+    rows = 16 if str(tt).endswith("w") else 8
+    kernels().launch(f"gemvtc{tt}_bf16", ((N + rows - 1) // rows,), (256,),
+                     (w_dev, up(x, "bfloat16").storage, z, np.float32(0), z, y, z,
+                      np.int32(N), np.int32(K), np.int32(T), np.int32(K)))
+    return y.get()
+
+
+@pytest.mark.parametrize("tt", ["8", "8w", "16", "16w"])
+@pytest.mark.parametrize("N,K", TC_SHAPES)
+def test_tc_gemv_matches_float64_reference(tt, N, K):
+    """The product of the bf16-rounded inputs, within fp32 accumulation error of the float64 sum."""
+    T = int(tt.rstrip("w"))
+    r = np.random.default_rng(T * 131 + N + K)
+    w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
+    x = r.standard_normal((T, K)).astype(np.float32)
+    wb, xb = round_bf16(w).astype(np.float64), round_bf16(x).astype(np.float64)
+    ref = xb @ wb.T
+    mag = np.abs(xb) @ np.abs(wb).T  # sum of |terms|: fp32 accumulation error is a small multiple of eps x this
+    got = tc_launch(tt, up(w, "bfloat16").storage, x, N, K)
+    assert np.all(np.abs(got - ref) <= 1e-5 * mag + 1e-30)
+
+
+@pytest.mark.parametrize("tt", ["8", "8w", "16", "16w"])
+@pytest.mark.parametrize("N,K", TC_SHAPES)
+def test_tc_gemv_tokens_equal_one_token_bitwise(tt, N, K):
+    """Each token of a several-token launch (any of the four kernels) gets the bits gemvtc8 gives it alone."""
+    tmax = int(tt.rstrip("w"))
+    r = np.random.default_rng(tmax * 7 + N + K)
+    w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
+    wd = up(w, "bfloat16").storage
+    for T in sorted({1, 3, tmax // 2 + 1, tmax}):
+        x = r.standard_normal((T, K)).astype(np.float32)
+        alone = np.concatenate([tc_launch(8, wd, x[t:t + 1], N, K) for t in range(T)])
+        np.testing.assert_array_equal(tc_launch(tt, wd, x, N, K), alone)

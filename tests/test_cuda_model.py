@@ -82,10 +82,11 @@ MODES = [dict(gemv="ours1"), dict(gemv="ours"), dict(gemv="cublas"), dict(gemv="
          dict(gemv="ours", fuse_norm=True), dict(gemv="ours1", silu="down", norm_epilogue=False, qkv_rope=False),
          dict(gemv="ours", silu="down", norm_epilogue=False, qkv_rope=False),
          dict(gemv="ours1", rows1=2), dict(gemv="ours1", rows_big=4, attn="auto"), dict(gemv="cublas", attn="auto"),
-         dict(gemv="ours1", qkv_norm="epilogue"), dict(gemv="ours", qkv_norm="epilogue")]
+         dict(gemv="ours1", qkv_norm="epilogue"), dict(gemv="ours", qkv_norm="epilogue"), dict(gemv="tc"),
+         dict(gemv="tc", norm_epilogue=False, qkv_rope=False)]
 # the test models are small (hidden <= 256): the default qkv_norm="auto" is "consumer" for them
 MODE_IDS = ["ours1", "ours", "cublas", "ours1-fused", "ours-fused", "ours1-prev", "ours-prev", "ours1-rows2",
-            "ours1-r4-cluster", "cublas-cluster", "ours1-qkvepi", "ours-qkvepi"]
+            "ours1-r4-cluster", "cublas-cluster", "ours1-qkvepi", "ours-qkvepi", "tc", "tc-unfused"]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
@@ -121,7 +122,8 @@ def test_cuda_decoder_matches_cpu_model(i, mode):
 
 EXACT_KW = {"unfused": {}, "fused": dict(fuse_norm=True),
             "prev": dict(silu="down", norm_epilogue=False, qkv_rope=False), "rows2": dict(rows1=2),
-            "r4-cluster": dict(rows_big=4, attn="auto"), "qkvepi": dict(qkv_norm="epilogue")}
+            "r4-cluster": dict(rows_big=4, attn="auto"), "qkvepi": dict(qkv_norm="epilogue"),
+            "tc": dict(gemv="tc"), "tc-unfused": dict(gemv="tc", norm_epilogue=False, qkv_rope=False)}
 
 
 # long rows (intermediate_size > 8192: the down projection's K runs over many chunks a thread)
@@ -136,10 +138,10 @@ def test_exact_mode_verify_step_equals_decode_steps_bitwise(i, variant):
     """gemv="ours": a verify step over 5 tokens gives each token exactly the logits (and KV entries)
     that 5 one-token decode steps give; this is what makes speculative == autoregressive."""
     _, w = build(EXACT_CONFIGS[i], FastBackend, seed=3)
-    dec = decoder_of(EXACT_CONFIGS[i], w, gemv="ours", **EXACT_KW[variant])
+    dec = decoder_of(EXACT_CONFIGS[i], w, **{"gemv": "ours", **EXACT_KW[variant]})
     prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
     first = dec.prefill(prompt)
-    toks = [first, 7, 3, 9, 12]
+    toks = [first, 7, 3, 9, 12] + ([4, 8, 15, 16, 23, 42, 2, 11] if variant.startswith("tc") else [])  # 13: gemvtc16
     p = len(prompt)
     steps = []
     for j, t in enumerate(toks):
@@ -147,13 +149,15 @@ def test_exact_mode_verify_step_equals_decode_steps_bitwise(i, variant):
         dec.run([t], all_logits=True, advance=False)
         dec.stream.synchronize()
         steps.append(dec.logits[:1].get().copy())
-    kv = [lw["k"][:, :p + 5].get().copy() for lw in dec.layers]
-    dec.set_position(p)
-    dec.run(toks, all_logits=True, advance=False)
-    dec.stream.synchronize()
-    np.testing.assert_array_equal(dec.logits[:5].get(), np.concatenate(steps))
-    for lw, k in zip(dec.layers, kv):
-        np.testing.assert_array_equal(lw["k"][:, :p + 5].get(), k)
+    n = len(toks)
+    kv = [lw["k"][:, :p + n].get().copy() for lw in dec.layers]
+    for m in sorted({5, n}):  # a 5-token verify (and, for tc, a 13-token one: gemvtc16)
+        dec.set_position(p)
+        dec.run(toks[:m], all_logits=True, advance=False)
+        dec.stream.synchronize()
+        np.testing.assert_array_equal(dec.logits[:m].get(), np.concatenate(steps[:m]))
+        for lw, k in zip(dec.layers, kv):
+            np.testing.assert_array_equal(lw["k"][:, :p + m].get(), k[:, :p + m])
 
 
 @pytest.mark.parametrize("gemv", ["ours1", "ours"])
@@ -185,11 +189,11 @@ def test_decoder_variants_give_identical_bits(i, gemv):
 # order differs from our GEMV's: equality then holds only while no near-tie between the top two
 # logits occurs (true for these weights and seeds, not guaranteed in general)
 SPEC_MODES = [dict(gemv="ours"), dict(gemv="ours", fuse_norm=True), dict(gemv="ours1"),
-              dict(gemv="ours", attn="auto", qkv_norm="epilogue")]
+              dict(gemv="ours", attn="auto", qkv_norm="epilogue"), dict(gemv="tc")]
 
 
 @pytest.mark.parametrize("mode", SPEC_MODES, ids=["ours-exact", "ours-fused-exact", "ours1-cublas-verify",
-                                                  "ours-exact-cluster-qkvepi"])
+                                                  "ours-exact-cluster-qkvepi", "tc-exact"])
 @pytest.mark.parametrize("gamma", [1, 4, 7])
 def test_greedy_speculative_equals_greedy_on_gpu(gamma, mode):
     from minitorch.generation.cuda import generate_cuda, speculative_generate_cuda

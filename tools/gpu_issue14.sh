@@ -52,6 +52,48 @@ rs)  # the verify GEMVs' reduce-scatter: bits, a deliberately broken order, A/B 
       -p no:cacheprovider tests/test_cuda_gemv_tokens.py tests/test_cuda_model.py -k "gemv or exact_mode"
   PAT='cost model|verify step|rc=' run spec_r1_exact 60 python3 project/bench/throughput.py --spec --gemv ours --gammas 2 3 4 5
   ;;
+tc)  # the tensor-core GEMV (gemv="tc"): build, bits, a deliberately broken build, A/B against gemv="ours"
+  G="-gencode=arch=compute_90,code=sm_90"
+  V=${V:-"broken:-DGEMV_TC_BROKEN=1 u6:-DGEMV_TC_U8=6 w2:-DGEMV_TC_U8W=2 w6:-DGEMV_TC_U8W=6"}
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  log build
+  (./compile_cuda.sh > "$OUT/build_new.log" 2>&1; echo "new rc=$?") &
+  for v in $V; do n=${v%%:*}; mkdir -p /tmp/v_$n
+    (nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes ${v#*:} -o /tmp/v_$n/gemv.fatbin kernels/gemv.cu; echo "$n rc=$?") &
+  done
+  wait
+  for v in $V; do d=/tmp/v_${v%%:*}; for f in minitorch/cuda_kernels/*.fatbin; do [ "$(basename $f)" = gemv.fatbin ] || cp $f $d/; done; done
+  PAT='passed|failed|rc=|Error' run tests_tc 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cuda_gemv_tokens.py \
+      tests/test_cuda_model.py tests/test_cuda_long_cache.py -k "tc or exact or greedy_speculative or gemv or matches_cpu"
+  PAT='passed|failed|rc=' run broken 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_broken python3 -m pytest -q -m gpu \
+      -p no:cacheprovider tests/test_cuda_gemv_tokens.py tests/test_cuda_model.py -k "tc"
+  S="--spec --spec-pair coder --gammas 2 3 4 --max-len 32768"
+  P='cost model|decode step|rc=|Error'
+  PAT=$P run coder_ours 60 python3 project/bench/throughput.py $S --gemv ours
+  PAT=$P run coder_tc 60 python3 project/bench/throughput.py $S --gemv tc
+  PAT=$P run coder_tc_narrow 60 python3 project/bench/throughput.py $S --gemv tc --tc-wide off
+  for v in ${VB:-u6 w2 w6}; do PAT=$P run coder_tc_$v 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_$v python3 project/bench/throughput.py $S --gemv tc; done
+  PAT=$P run coder_ours_again 60 python3 project/bench/throughput.py $S --gemv ours
+  PAT='gemv|attn|total|rc=' TAILN=30 run profile_tc 60 python3 project/bench/throughput.py --shape qwen2.5-coder-1.5b --gemv tc --profile
+  cd "$OUT" && tar czf all_tc.tgz *.log && rm -f coder_*.log build_new.log
+  ;;
+realtc)  # after `.stage/assemble.sh join`: the tensor-core exact mode (default) against gemv "ours", real pair
+  export MINITORCH_SPEC_CACHE=/root/cache
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+  [ -f minitorch/cuda_kernels/gemv.fatbin ] || ./compile_cuda.sh > /dev/null 2>&1
+  T=qwen2.5-coder-1.5b-instruct; D=qwen2.5-coder-0.5b-instruct
+  B="--limit 20 --backend cuda --no-plots --no-progress"
+  PB='tokens/sec|decode step|rc=|Error|error'
+  PG='speedup|accuracy|alpha|tok/s|tokens/s|identical|same|rc=|Error|error'
+  PAT=$PB run bench_target_ours 70 python3 project/bench/throughput.py --model $T --engine --max-len 32768 --gemv ours
+  PAT=$PG TAILN=25 run gsm8k_tc 130 python3 project/benchmark_gsm8k.py $B -o $OUT/gsm8k_tc.jsonl
+  PAT=$PG TAILN=25 run gsm8k_ours 130 python3 project/benchmark_gsm8k.py $B --gpu-gemv ours -o $OUT/gsm8k_ours.jsonl
+  PAT=$PG TAILN=25 run math500_tc 140 python3 project/benchmark_limo.py --dataset math500 $B -o $OUT/math500_tc.jsonl
+  PAT=$PG TAILN=25 run gsm8k_t06_tc 130 python3 project/benchmark_gsm8k.py $B --temperature 0.6 --top-p 0.95 -o $OUT/gsm8k_t06_tc.jsonl
+  PAT=$PB run bench_target_tc 70 python3 project/bench/throughput.py --model $T --engine --max-len 32768 --gemv tc
+  cd "$OUT" && tar czf real_tc.tgz *.log *.jsonl 2>/dev/null; rm -f *.jsonl
+  ;;
 real)  # after `.stage/assemble.sh join`; the wheels (gguf, math-verify) carried in .whl
   export MINITORCH_SPEC_CACHE=/root/cache
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \

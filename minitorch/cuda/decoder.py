@@ -14,7 +14,7 @@ every such GEMV normalise its input (slower on the H200, see kernels/NOTES.md). 
 products with short rows run 8 output rows a block (rows_big). Prefill uses cuBLAS and the separate
 kernels.
 
-Exactness: with gemv="ours" every kernel of a step computes each token's values in an order that
+Exactness: with gemv="ours" (or "tc", the tensor-core GEMV) every kernel of a step computes each token's values in an order that
 does not depend on how many tokens the step holds (kernels/gemv.cu, attention.cu), so a verify step
 reproduces the decode steps' logits bit for bit and greedy speculative output equals greedy
 autoregressive output by construction. The default "ours1" verifies with cuBLAS (tensor cores, a
@@ -36,7 +36,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .blas import CUDA_R_16BF, CUDA_R_32F, cublas
-from .launch import ATT_CLUSTER_MAX, ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, cluster_supported
+from .launch import (ATT_CLUSTER_MAX, ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, cluster_supported,
+                     tensor_cores_supported)
 from .pdl import PdlLauncher
 from .runtime import get_cupy, kernels
 
@@ -100,11 +101,17 @@ class CudaDecoder:
                  gemv: str = "ours1", fuse_norm: bool = False, pdl: Optional[bool] = None,
                  silu: str = "gateup", norm_epilogue: bool = True, qkv_rope: bool = True, rows1: int = 4,
                  rows_big: int = 8, attn: str = "split", qkv_norm: str = "auto",
-                 attn_kb: Optional[int] = None) -> None:
+                 attn_kb: Optional[int] = None, tc_wide: bool = True) -> None:
         """gemv: which steps run their products in kernels/gemv.cu (SwiGLU and the residual add
         fused in): "ours1" one-token steps (default: verify steps then cost about one decode
         step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
         separate norm / SwiGLU kernels; "ours" makes verify == decode bit for bit (module doc).
+        "tc": steps of <= 16 tokens in the tensor-core GEMV (gemvtc*: mma.m16n8k16, one kernel for
+        decode and verify, so verify == decode bit for bit as with "ours", and a verify of <= 8 tokens
+        costs about one decode step); needs compute capability >= 8.0, silu="gateup", no fuse_norm,
+        and normalises in the previous projection's epilogue (qkv_norm "epilogue"). tc_wide: its
+        products of more than 8192 outputs (gate/up, LM head) run 16 rows a block (gemvtc*w: two weight
+        tiles per set of token loads); the same bits either way.
         fuse_norm: RMSNorm computed inside the GEMVs that read a normalised input (see qkv_norm).
         pdl: launch the step's kernels with programmatic dependent launch (minitorch/cuda/pdl.py);
         None (default) = on for compute capability >= 9.0 (H200: decode step 1.78 -> 1.63 ms at 1.5B).
@@ -143,15 +150,21 @@ class CudaDecoder:
             raise ValueError(f"rows_big must be 4 or 8, got {rows_big!r}")
         if qkv_norm not in ("epilogue", "consumer", "auto"):
             raise ValueError(f"qkv_norm must be 'epilogue', 'consumer' or 'auto', got {qkv_norm!r}")
-        if qkv_norm == "auto":
-            qkv_norm = "consumer" if cfg.hidden_size <= 2048 else "epilogue"
-        self.qkv_norm = qkv_norm
+        self.qkv_norm = "consumer" if qkv_norm == "auto" and cfg.hidden_size <= 2048 else \
+            "epilogue" if qkv_norm == "auto" else qkv_norm
         if attn not in ("split", "cluster", "auto"):
             raise ValueError(f"attn must be 'split', 'cluster' or 'auto', got {attn!r}")
         self.rows1 = rows1
         self.rows_big = rows_big
-        if gemv not in ("ours", "ours1", "cublas"):
-            raise ValueError(f"gemv must be 'ours', 'ours1' or 'cublas', got {gemv!r}")
+        if gemv not in ("ours", "ours1", "cublas", "tc"):
+            raise ValueError(f"gemv must be 'ours', 'ours1', 'cublas' or 'tc', got {gemv!r}")
+        if gemv == "tc":  # the tensor-core GEMV takes bf16 inputs: no in-kernel norm or SwiGLU input
+            if silu != "gateup" or fuse_norm or self.qkv_norm == "consumer" and qkv_norm != "auto":
+                raise ValueError("gemv='tc' needs silu='gateup', fuse_norm=False and qkv_norm 'auto' or 'epilogue'")
+            if not tensor_cores_supported():
+                raise ValueError("gemv='tc' needs a GPU of compute capability >= 8.0 (mma.m16n8k16 bf16)")
+            self.qkv_norm = "epilogue"
+        self.tc_wide = bool(tc_wide)
         if silu not in ("gateup", "down"):
             raise ValueError(f"silu must be 'gateup' or 'down', got {silu!r}")
         cp = self.cp = get_cupy()
@@ -258,12 +271,17 @@ class CudaDecoder:
     # ------------------------------------------------------------------ one step (capturable)
     def _ours(self, M: int, K: int) -> bool:
         """Whether an M-token product runs in our GEMV (else cuBLAS)."""
-        limit = {"ours": 16, "ours1": 1, "cublas": 0}[self.gemv]
+        limit = {"ours": 16, "ours1": 1, "cublas": 0, "tc": 16}[self.gemv]
         return M <= limit and K % 8 == 0
 
     def _kname(self, M: int, N: int, mode: str, K: int = 0) -> "tuple[str, int]":
         """(kernel name, output rows a block) of the kernels/gemv.cu instantiation for an M-token
         product of N outputs (rows of K) in input/output mode `mode` ("", "_resnorm", "_qkvrope", ...)."""
+        if self.gemv == "tc":  # one kernel for 1..8 tokens (decode and verify alike), one for 9..16
+            if mode not in ("", "_gusilu", "_resnorm", "_qkvrope"):
+                raise ValueError(f"no tensor-core GEMV for mode {mode!r}")
+            wide = self.tc_wide and N > 8192
+            return f"gemvtc{8 if M <= 8 else 16}{'w' if wide else ''}{mode}_bf16", 16 if wide else 8
         tm = 1 if M == 1 else 4 if M <= 4 else 5 if M == 5 else 8 if M <= 8 else 16
         if tm == 1 and self.rows1 == 2 and N <= 8192 and mode in ("", "_resnorm", "_qkvrope"):
             return f"gemv1r2{mode}_bf16", 2

@@ -355,6 +355,12 @@ def cluster_supported() -> bool:
     return int(get_cupy().cuda.Device().compute_capability) >= 90
 
 
+def tensor_cores_supported() -> bool:
+    """Whether the device runs the tensor-core GEMV (kernels/gemv.cu gemvtc*: mma.m16n8k16 with bf16
+    inputs, compute capability >= 8.0)."""
+    return int(get_cupy().cuda.Device().compute_capability) >= 80
+
+
 def attention(q: Any, k: Any, v: Any, out: Any, scale: float, q_start: int, cluster: bool = False,
               kb: Optional[int] = None) -> None:
     """Causal GQA attention: q (B,Hq,T,D), k/v (B,Hkv,L,D) any strides with d contiguous,

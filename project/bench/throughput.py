@@ -169,7 +169,7 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
                       fuse_norm=args.fuse_norm, pdl={"auto": None, "on": True, "off": False}[args.pdl],
                       silu=args.silu, norm_epilogue=args.norm_epilogue == "on", qkv_rope=args.qkv_rope == "on",
                       rows1=args.rows1, rows_big=args.rows_big, attn=args.attn, qkv_norm=args.qkv_norm,
-                      attn_kb=args.attn_kb)
+                      attn_kb=args.attn_kb, tc_wide=args.tc_wide == "on")
     del w
     cp.get_default_memory_pool().free_all_blocks()
     setup = time.perf_counter() - t0
@@ -388,10 +388,12 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--gammas", type=int, nargs="+", default=[4], help="draft lengths for --spec (default 4)")
     ap.add_argument("--sampling", action="store_true",
                     help="also time decoding with sampling on the device (temperature 1; 0.7 + top-p 0.9; top-k 50)")
-    ap.add_argument("--gemv", choices=["ours", "ours1", "cublas"], default="ours1",
+    ap.add_argument("--gemv", choices=["ours", "ours1", "cublas", "tc"], default="ours1",
                     help="products of decode/verify steps: our bf16 GEMV for one-token steps and cuBLAS "
-                         "for verify steps (ours1, default), ours for steps of <= 16 tokens (ours), or "
-                         "cuBLAS everywhere")
+                         "for verify steps (ours1, default), ours for steps of <= 16 tokens (ours), our "
+                         "tensor-core GEMV for steps of <= 16 tokens (tc; exact like ours), or cuBLAS everywhere")
+    ap.add_argument("--tc-wide", choices=["on", "off"], default="on",
+                    help="--gemv tc: 16 output rows a block for products of more than 8192 outputs (default on)")
     ap.add_argument("--fuse-norm", action="store_true",
                     help="compute RMSNorm inside every GEMV that reads a normalised input (QKV, gate/up, LM head) "
                          "instead of in the previous projection's last block")
