@@ -104,13 +104,21 @@ def tc_launch(tt, w_dev, x, N, K):  # tt: "8", "8w", "16" or "16w" (w: 16 rows a
     return y.get()
 
 
-@pytest.mark.parametrize("tt", ["8", "8w", "16", "16w"])
+TC_KERNELS = ["8", "8w", "16", "16w"]  # gemvtc{..}_bf16: tokens at most 8 / 16, w = 16 rows a block
+
+
+def tc_case(tt, N, K, salt):
+    """(most tokens the kernel takes, the generator, an (N, K) weight) of one test case."""
+    tmax = int(tt.rstrip("w"))
+    r = np.random.default_rng(tmax * salt + N + K)
+    return tmax, r, (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
+
+
+@pytest.mark.parametrize("tt", TC_KERNELS)
 @pytest.mark.parametrize("N,K", TC_SHAPES)
 def test_tc_gemv_matches_float64_reference(tt, N, K):
     """The product of the bf16-rounded inputs, within fp32 accumulation error of the float64 sum."""
-    T = int(tt.rstrip("w"))
-    r = np.random.default_rng(T * 131 + N + K)
-    w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
+    T, r, w = tc_case(tt, N, K, 131)
     x = r.standard_normal((T, K)).astype(np.float32)
     wb, xb = round_bf16(w).astype(np.float64), round_bf16(x).astype(np.float64)
     ref = xb @ wb.T
@@ -119,13 +127,11 @@ def test_tc_gemv_matches_float64_reference(tt, N, K):
     assert np.all(np.abs(got - ref) <= 1e-5 * mag + 1e-30)
 
 
-@pytest.mark.parametrize("tt", ["8", "8w", "16", "16w"])
+@pytest.mark.parametrize("tt", TC_KERNELS)
 @pytest.mark.parametrize("N,K", TC_SHAPES)
 def test_tc_gemv_tokens_equal_one_token_bitwise(tt, N, K):
     """Each token of a several-token launch (any of the four kernels) gets the bits gemvtc8 gives it alone."""
-    tmax = int(tt.rstrip("w"))
-    r = np.random.default_rng(tmax * 7 + N + K)
-    w = (r.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
+    tmax, r, w = tc_case(tt, N, K, 7)
     wd = up(w, "bfloat16").storage
     for T in sorted({1, 3, tmax // 2 + 1, tmax}):
         x = r.standard_normal((T, K)).astype(np.float32)
