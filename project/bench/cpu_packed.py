@@ -18,6 +18,12 @@ Part 2 (--tokens N > 0): greedy decoding of N tokens from the benchmarks' chat p
 build_prompt) of the first question of --data-file (else GSM8K's first test question, inline), the backend's packed slot switched between the two
 kernels per round; tokens/s medians, and the two token lists must be identical.
 The 1-minute load average is printed: the box is shared, so only the ratio of a run means something.
+
+--against REV adds "prev": minitorch/cpu/packed.py as it was at git revision REV (read with `git show`
+into a temporary module), float mode, and with --int8 "prev-int8"; their results must equal new's and
+int8's bit for bit (part 1: every product of the first round; part 2: the tokens), and the summary lines
+print prev/new and prev-int8/int8. E.g. the tile kernels against the numba loops before them:
+    python project/bench/cpu_packed.py --rows 1,5 --int8 --against ab1f362
 """
 from __future__ import annotations
 
@@ -93,6 +99,27 @@ def old_form(pw: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.ascontiguousarray(qt), np.ascontiguousarray(st), np.ascontiguousarray(ot)
 
 
+def previous_kernels(rev: str) -> Any:
+    """minitorch/cpu/packed.py at git revision rev, imported as a module of its own (numba cache in a temporary
+    folder; its relative import of TILE made absolute)."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        src = subprocess.run(["git", "show", f"{rev}:minitorch/cpu/packed.py"], cwd=root, capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise SystemExit(f"error: cannot read minitorch/cpu/packed.py at {rev}: {getattr(e, 'stderr', e)}")
+    path = Path(tempfile.mkdtemp(prefix="prev_packed_")) / f"prev_packed_{rev.replace('/', '_')}.py"
+    path.write_text(src.replace("from ..packed import", "from minitorch.packed import"))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def forward_weights(model: Any) -> list[PackedWeight]:
     head = model.model.embed_tokens.weight.value if model.lm_head is None else model.lm_head.weight.value
     mats = [p.value for name, p in model.named_parameters() if ".layers." in name and name.endswith("proj.weight")]
@@ -152,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="top-1 agreement of the int8 mode with the float mode over the first N questions of "
                          "--data-file, teacher-forced on prompt + gold answer (at most --positions answer tokens)")
     ap.add_argument("--positions", type=int, default=256)
+    ap.add_argument("--against", metavar="REV", default=None,
+                    help="also time minitorch/cpu/packed.py of git revision REV ('prev', 'prev-int8')")
     args = ap.parse_args(argv)
     try:
         rows_list = [int(r) for r in args.rows.split(",")]
@@ -198,20 +227,37 @@ def main(argv: list[str] | None = None) -> int:
     variants = {"new": run_new, "old": run_old}
     if args.int8:
         variants["int8"] = run_int8
+    prev = None
+    if args.against:
+        prev = previous_kernels(args.against)
+
+        def run_prev(x: np.ndarray, w: PackedWeight, out: np.ndarray) -> None:
+            prev.packed_rows(x, *w.tiles, w.block, w.per, w.bits, w.shape[0], out)
+
+        def run_prev_int8(x: np.ndarray, w: PackedWeight, out: np.ndarray) -> None:
+            if prev.int8_ready(w):
+                prev.packed_linear_q8(x, w, out)
+            else:
+                run_prev(x, w, out)
+
+        variants["prev"] = run_prev
+        if args.int8:
+            variants["prev-int8"] = run_prev_int8
+    same_as = {"old": "new", "prev": "new", "prev-int8": "int8"}  # must give the same bits
     names = list(variants)
     rng = np.random.default_rng(0)
     for rows in rows_list:
         xs = [rng.standard_normal((rows, w.shape[1])).astype(np.float32) for w in weights]
         outs = [np.empty((rows, w.shape[0]), np.float32) for w in weights]
-        outs2 = [np.empty_like(o) for o in outs]
-        for x, w, o, o2 in zip(xs, weights, outs, outs2):  # compile + exactness check
-            run_new(x, w, o)
-            run_old(x, w, o2)
-            if not np.array_equal(o, o2):
-                print(f"error: new and old kernels differ on a {w.shape} product", file=sys.stderr)
-                return 1
-            if args.int8:
-                run_int8(x, w, o2)
+        for x, w, o in zip(xs, weights, outs):  # compile + exactness check
+            got = {}
+            for label in names:
+                variants[label](x, w, o)
+                got[label] = o.copy()
+            for label, ref in same_as.items():
+                if label in got and not np.array_equal(got[label], got[ref]):
+                    print(f"error: {label} and {ref} kernels differ on a {w.shape} product", file=sys.stderr)
+                    return 1
         times: dict[str, list[float]] = {k: [] for k in names}
         cpu: dict[str, list[float]] = {k: [] for k in names}
         for rnd in range(args.rounds):
@@ -227,8 +273,9 @@ def main(argv: list[str] | None = None) -> int:
             line = f"rows {rows:2d} {what:4s}: per-forward products ms " + ", ".join(
                 f"{k} {1e3 * statistics.median(tt[k]):7.1f}" for k in names)
             for k in names[1:]:
-                ratios = [o / n for n, o in zip(tt["new"], tt[k])]
-                line += f"; {k}/new paired median {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
+                base = "int8" if k == "prev-int8" else "new"
+                ratios = [o / n for n, o in zip(tt[base], tt[k])]
+                line += f"; {k}/{base} paired median {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
             print(line + f"; {args.rounds} rounds, loadavg {os.getloadavg()[0]:.2f}", flush=True)
 
     if args.agreement:
@@ -265,19 +312,23 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for rnd in range(args.decode_rounds):
                 for label in names[rnd % len(names):] + names[:rnd % len(names)]:
-                    backend.packed_linear = old_slot if label == "old" else new_slot
+                    backend.packed_linear = {"old": old_slot, "prev": prev and prev.packed_linear,
+                                             "prev-int8": prev and prev.packed_linear}.get(label, new_slot)
                     fast_packed.set_activations("int8" if label == "int8" else "float32")
+                    if prev is not None:
+                        prev.set_activations("int8" if label == "prev-int8" else "float32")
                     tps, out = decode()
                     speeds[label].append(tps)
                     tokens[label] = out
         finally:
             backend.packed_linear = new_slot
             fast_packed.set_activations("float32")
-        same = tokens["new"] == tokens["old"]
+        same = all(tokens[k] == tokens[ref] for k, ref in same_as.items() if k in tokens)
         med = {k: statistics.median(v) for k, v in speeds.items()}
         line = (f"decode {args.tokens} tokens, prompt {len(ids)}: " + ", ".join(f"{k} {med[k]:.2f} tok/s" for k in names)
                 + "; " + ", ".join(f"{k}/new {med[k] / med['new']:.3f}" for k in names[1:])
-                + f" ({args.decode_rounds} rounds each), old == new tokens: {same}")
+                + (f", prev-int8/int8 {med['prev-int8'] / med['int8']:.3f}" if "prev-int8" in med else "")
+                + f" ({args.decode_rounds} rounds each), same tokens ({', '.join(f'{k} == {r}' for k, r in same_as.items() if k in tokens)}): {same}")
         if "int8" in tokens:
             n_same = next((i for i, (a, b) in enumerate(zip(tokens["int8"], tokens["new"])) if a != b), len(tokens["new"]))
             line += f", int8 follows float for {n_same}/{len(tokens['new'])} tokens"

