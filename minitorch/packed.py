@@ -228,6 +228,42 @@ class PackedWeight:
         q = np.clip(np.rint(b / safe[:, :, None]), -127, 127).astype(np.int8)
         return cls(q.reshape(w.shape), scale, np.zeros_like(scale), block, bits=8)
 
+    @classmethod
+    def quantize4(cls, w: np.ndarray, block: int = 32, per: int = 8) -> "PackedWeight":
+        """Asymmetric 4-bit quantization of a float32 (N, K) array in Q4_K's layout: codes 0..15 per block
+        of `block` inputs, the block's scale and offset as int8 multiples of two float32 factors shared by
+        `per` blocks (value = d * sc * code - dmin * m; about 0.59 bytes a weight at 32 x 8). Lossy: for a
+        draft model, whose weights change only how many drafts are accepted, never the output (see
+        load_model's requantize)."""
+        w = np.asarray(w, dtype=np.float32)
+        if w.ndim != 2 or w.shape[1] % (block * per) or block % 8:
+            raise MiniTorchError(f"quantize4 needs a (N, K) array with K divisible by {block * per} "
+                                 f"(block {block}, a multiple of 8), got {w.shape}")
+        n, k = w.shape
+        b = w.reshape(n, k // (block * per), per, block)
+        lo, hi = b.min(axis=3), b.max(axis=3)
+        step = (hi - lo) / np.float32(15.0)  # each block's ideal scale and offset (-lo) ...
+        d = (step.max(axis=2) / np.float32(127.0)).astype(np.float32)  # ... as int8 multiples of d / dmin
+        dmin = (np.abs(lo).max(axis=2) / np.float32(127.0)).astype(np.float32)
+        safe_d, safe_m = np.where(d == 0, np.float32(1.0), d), np.where(dmin == 0, np.float32(1.0), dmin)
+        sc = np.clip(np.rint(step / safe_d[:, :, None]), 1, 127).astype(np.int8)
+        m = np.clip(np.rint(-lo / safe_m[:, :, None]), -127, 127).astype(np.int8)
+        scale = d[:, :, None] * sc.astype(np.float32)  # what the kernel uses, rounded as it rounds
+        offset = dmin[:, :, None] * m.astype(np.float32)
+        q = np.rint((b + offset[..., None]) / np.where(scale == 0, np.float32(1.0), scale)[..., None])
+        q = np.clip(q, 0, 15).astype(np.int8).reshape(n, k)
+        return cls.from_blocks(q, block, per, sc.reshape(n, -1), d, m.reshape(n, -1), dmin, bits=4)
+
+    def requantized4(self) -> "PackedWeight":
+        """This weight with 4-bit codes (quantize4 of its values in blocks of 32, as many blocks sharing the
+        float32 factors as K allows, up to 8); itself if its codes are 4-bit already."""
+        if self.bits == 4:
+            return self
+        if self.shape[1] % 32:
+            raise MiniTorchError(f"4-bit requantization needs rows of a multiple of 32 inputs, got {self.shape}")
+        per = next(p for p in (8, 4, 2, 1) if self.shape[1] % (32 * p) == 0)
+        return PackedWeight.quantize4(self.dequantize(), 32, per)
+
     def __repr__(self) -> str:
         return (f"PackedWeight(shape={self.shape}, block={self.block}x{self.per}, {self.bits}-bit codes, "
                 f"{self.nbytes / 2**20:.1f} MiB)")

@@ -55,6 +55,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="cuda, exact verify: the products of decode and verify steps in our tensor-core GEMV (tc: "
                         "one mma kernel for 1..16 tokens) or our CUDA-core GEMV (ours); both give a verify step "
                         "the decode steps' bits. auto (default): tc on GPUs of compute capability >= 8.0")
+    g.add_argument("--draft-quant", choices=("auto", "q4", "file"), default="auto",
+                   help="cpu, packed GGUF draft: q4 = the draft's 8-bit-code tensors requantized to 4 bits once (about "
+                        "half the bytes a draft step reads; the draft's weights change only how many drafts are "
+                        "accepted, never the output); file = as the file stores them; auto (default): q4 for a "
+                        "packed GGUF draft on the cpu")
     g.add_argument("--weights", choices=("auto", "packed", "float32"), default="auto",
                    help="packed: a GGUF's tensors kept as the file's int8 codes + block scales (same values, ~1/3 "
                         "of the memory, faster on the cpu); float32: expanded to float32; auto (default): packed "
@@ -179,12 +184,26 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
     draft = None
     vocab = min(int(target.config.vocab_size), int(tok.vocab_size))
     if need_draft if need_draft is not None else args.drafter == "model":
-        draft, draft_tok = load_model(args.draft, backend=backend, dtype=dtype, progress=progress, weights=weights)
+        draft, draft_tok = load_model(args.draft, backend=backend, dtype=dtype, progress=progress, weights=weights,
+                                      requantize=draft_requantize(args, backend, weights, progress))
         check_compatible(draft_tok, tok)
         vocab = min(vocab, int(draft.config.vocab_size), int(draft_tok.vocab_size))
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab,
                   stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0,
                   draft_vocab=getattr(args, "draft_vocab", 0))
+
+
+def draft_requantize(args: argparse.Namespace, backend: Any, weights: str, progress: bool = True) -> int | None:
+    """load_model's requantize for the draft: 4 for --draft-quant q4, or for auto when the draft is a GGUF file
+    loaded packed (a CPU backend with a packed kernel, --weights not float32); else None."""
+    choice = getattr(args, "draft_quant", "auto")
+    if choice != "auto":
+        return 4 if choice == "q4" else None
+    if weights == "float32" or getattr(backend, "packed_linear", None) is None:
+        return None
+    from minitorch.models.registry import resolve
+
+    return 4 if resolve(args.draft, progress=progress).suffix.lower() == ".gguf" else None
 
 
 GPU_MAX_LEN = 32768  # cache positions of a CUDA-graph decoder (at most the model's own context)

@@ -354,3 +354,55 @@ def test_exactness_checks_catch_a_broken_packing() -> None:
     broken = PackedWeight.from_tiles(pw.qt, pw.sc, shifted, pw.m, pw.dmin, pw.block, pw.per, pw.bits, n)
     assert not np.array_equal(one_hot_readout(broken), want)
     assert not np.array_equal(broken.dequantize(), want)
+
+
+# ---- 4-bit requantization of a draft (load_model(requantize=4), --draft-quant) ------------------------------
+@pytest.mark.parametrize("per", [1, 4, 8])
+def test_quantize4_error_and_kernel(per: int) -> None:
+    """quantize4 keeps every weight within its block's quantization step of the original (codes 0..15 on
+    an int8-scaled grid), and the packed kernel computes x @ w4^T with w4 its dequantized values."""
+    r = np.random.default_rng(per)
+    w = (r.standard_normal((300, 512)) * np.exp(r.standard_normal((300, 1)))).astype(np.float32)
+    w[7, :32] = 0.0  # an all-zero block
+    w[9, 32:64] = np.abs(w[9, 32:64]) + 1.0  # an all-positive block (negative offset code)
+    pw = PackedWeight.quantize4(w, 32, per)
+    assert pw.bits == 4 and pw.per == per
+    w4 = pw.dequantize()
+    b = w.reshape(300, -1, 32)
+    step = ((b.max(2) - b.min(2)) / 15)[:, :, None]
+    # rounding to the code grid (half a step) + the int8 rounding of the scale (<= 15 codes x d / 2) and of the
+    # offset (dmin / 2): at most ~1.3 steps for blocks of a typical range in the group
+    err = np.abs(w4 - w).reshape(300, -1, 32)
+    d = np.repeat(pw.tiles[2].transpose(0, 2, 1).reshape(-1, 512 // (32 * per))[:300], per, axis=1)[:, :, None]
+    dmin = np.repeat(pw.tiles[4].transpose(0, 2, 1).reshape(-1, 512 // (32 * per))[:300], per, axis=1)[:, :, None]
+    assert np.all(err <= 0.5 * step + 7.5 * d + 0.5 * dmin + 1e-6)
+    assert np.all(w4[7, :32] == 0)
+    assert np.sqrt(np.mean((w4 - w) ** 2)) / np.std(w) < 0.1
+    x = r.standard_normal((3, 512)).astype(np.float32)
+    out = np.empty((3, 300), np.float32)
+    from minitorch.cpu.packed import packed_linear as fast
+
+    fast(x, pw, out)
+    np.testing.assert_allclose(out, x.astype(np.float64) @ w4.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+def test_requantized_draft_keeps_speculative_exact(gguf_pair: Path, tmp_path: Path) -> None:
+    """load_model(requantize=4): the 8-bit-code tensors become 4-bit (the 4-bit Q4_K one stays as stored),
+    cached in a folder of their own; as a draft it changes acceptance, never the output."""
+    from minitorch.generation import generate, speculative_generate
+
+    target, _ = load_model(str(gguf_pair), progress=False, weights="packed", cache_dir=tmp_path)
+    draft, _ = load_model(str(gguf_pair), progress=False, weights="packed", cache_dir=tmp_path, requantize=4)
+    assert sorted(p.name for p in (tmp_path / "packed").iterdir())[1].endswith("-q4")
+    w8, w4 = target.model.layers[1].mlp.up_proj.weight.value, draft.model.layers[1].mlp.up_proj.weight.value
+    assert w8.bits == 8 and w4.bits == 4 and w4.nbytes < 0.6 * w8.nbytes
+    assert draft.model.layers[0].mlp.down_proj.weight.value.bits == 4  # Q4_K: as stored
+    np.testing.assert_array_equal(draft.model.layers[0].mlp.down_proj.weight.value.dequantize(),
+                                  target.model.layers[0].mlp.down_proj.weight.value.dequantize())
+    assert not np.array_equal(w4.dequantize(), w8.dequantize())
+    ids = [5, 17, 42, 8, 1, 30]
+    ref = generate(target, ids, 24).tokens
+    res = speculative_generate(target, draft, ids, 24, gamma=4)
+    assert res.tokens == ref
+    with pytest.raises(ModelLoadError, match="requantize"):
+        load_model(str(gguf_pair), progress=False, weights="float32", cache_dir=tmp_path, requantize=4)

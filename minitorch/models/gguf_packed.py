@@ -113,10 +113,12 @@ def pack_tensor(tensor: Any, path: Union[str, Path] = "") -> Optional[PackedWeig
     return pack_raw(qtype, np.asarray(tensor.data), shape, f"GGUF file {path}: tensor {tensor.name}")
 
 
-def build_packed_cache(path: Union[str, Path], out_dir: Path, progress: bool = True) -> None:
+def build_packed_cache(path: Union[str, Path], out_dir: Path, progress: bool = True,
+                       requantize: Optional[int] = None) -> None:
     """Everything a packed model needs from GGUF `path`, in out_dir: the packable weights as tiles
     ({name}.q/.scale/.offset.npy + packed.json), the other tensors (norms, biases, float tensors) as
     float32 weights/{name}.npy, config.json and the tokenizer files. No float32 copy of the big weights.
+    requantize=4: weights with 8-bit codes stored with 4-bit codes instead (PackedWeight.requantized4).
     Written to a temporary sibling and renamed, so an interrupted run leaves nothing half-built."""
     from .gguf_io import building_folder, fill_cache_folder
 
@@ -124,10 +126,12 @@ def build_packed_cache(path: Union[str, Path], out_dir: Path, progress: bool = T
         pw = pack_tensor(tensor, path)
         if pw is None:
             return None
+        if requantize == 4:
+            pw = pw.requantized4()
         for part, arr in zip(_PARTS, pw.tiles):  # tiled (packed.py)
             np.save(folder / f"{name}.{part}.npy", arr)
         return {"block": pw.block, "per": pw.per, "bits": pw.bits, "rows": pw.shape[0],
-                "type": tensor.tensor_type.name}
+                "type": tensor.tensor_type.name, "requantized": bool(requantize)}
 
     with building_folder(out_dir, "packed.json") as tmp:
         manifest = fill_cache_folder(path, tmp, progress, "packing", store)
@@ -135,16 +139,17 @@ def build_packed_cache(path: Union[str, Path], out_dir: Path, progress: bool = T
 
 
 def load_packed(path: Union[str, Path], cache_dir: Optional[Union[str, Path]] = None,
-                progress: bool = True) -> tuple[Any, dict[str, Any], Path]:
+                progress: bool = True, requantize: Optional[int] = None) -> tuple[Any, dict[str, Any], Path]:
     """(config, {hf_name: PackedWeight or float32 array, memory-mapped}, folder with tokenizer files) for
     GGUF `path`, built once into the cache (build_packed_cache), like gguf_io.load_gguf_weights."""
     from .config import Qwen2Config
     from .gguf_io import _check_complete, _first_line, cache_key, load_cached_arrays
     from .registry import cache_root
 
-    out_dir = cache_root(cache_dir) / "packed" / f"{cache_key(path)}-p{PACKED_FORMAT}"
+    q = f"-q{requantize}" if requantize else ""
+    out_dir = cache_root(cache_dir) / "packed" / f"{cache_key(path)}-p{PACKED_FORMAT}{q}"
     if not (out_dir / "packed.json").is_file():
-        build_packed_cache(path, out_dir, progress)
+        build_packed_cache(path, out_dir, progress, requantize)
     config = Qwen2Config.from_json(out_dir / "config.json")
     manifest = json.loads((out_dir / "packed.json").read_text())["tensors"]
     weights: dict[str, Any] = {}

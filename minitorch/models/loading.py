@@ -22,6 +22,7 @@ def load_model(
     progress: bool = True,
     cache_dir: Optional[Union[str, Path]] = None,
     weights: str = "auto",
+    requantize: Optional[int] = None,
 ) -> tuple[Qwen2ForCausalLM, Tokenizer]:
     """Load a Qwen2-architecture model and its tokenizer.
 
@@ -35,7 +36,14 @@ def load_model(
     on the CPU backends only; "float32" uses the dequantized float32 arrays (the only form for safetensors
     folders and the CUDA backend); "auto" (default) picks packed for a GGUF file on a backend with a packed
     kernel, else float32.
+
+    `requantize=4` (packed GGUF loads only): the tensors stored with 8-bit codes (Q5_0, Q6_K, Q8_0, ...) are
+    requantized to 4-bit codes (PackedWeight.quantize4, Q4_K's layout: about half the bytes a forward
+    reads, lossy), once, into a cache folder of their own. Meant for a draft model: its weights decide how
+    many drafts the target accepts, never what the target writes.
     """
+    if requantize not in (None, 4):
+        raise ModelLoadError(f"requantize must be None or 4, got {requantize!r}")
     if weights not in ("auto", "packed", "float32"):
         raise ModelLoadError(f"weights must be 'auto', 'packed' or 'float32', got {weights!r}")
     if backend is None:
@@ -45,9 +53,9 @@ def load_model(
     t0 = time.perf_counter()
     path = resolve(name_or_path, cache_dir, progress)
     if path.is_dir():
-        if weights == "packed":
-            raise ModelLoadError(f"{path}: packed weights come from a GGUF file's quantized tensors; "
-                                 "a safetensors folder loads as float32")
+        if weights == "packed" or requantize:
+            raise ModelLoadError(f"{path}: packed weights (and requantize) come from a GGUF file's quantized "
+                                 "tensors; a safetensors folder loads as float32")
         config = Qwen2Config.from_json(path / "config.json")
         arrays = load_safetensors_folder(path)
         tok = Tokenizer.from_folder(path)
@@ -60,7 +68,9 @@ def load_model(
                 raise ModelLoadError(f"{getattr(backend, 'name', backend)} has no packed kernel; use weights='float32'")
             from .gguf_packed import load_packed
 
-            config, arrays, tok_dir = load_packed(path, cache_dir, progress)
+            config, arrays, tok_dir = load_packed(path, cache_dir, progress, requantize=requantize)
+        elif requantize:
+            raise ModelLoadError(f"{path}: requantize needs packed weights (weights='packed' on a CPU backend)")
         else:
             config, arrays, tok_dir = load_gguf_weights(path, cache_dir, progress)
         tok = Tokenizer.from_folder(tok_dir)

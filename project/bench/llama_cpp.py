@@ -224,6 +224,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--jobs", type=int, default=2, help="parallel compile jobs for --build")
     ap.add_argument("--llama-args", default="", help="extra llama.cpp flags, one string (e.g. '--no-repack', "
                     "which kept the older -march=native build out of its crashing AMX path for one question)")
+    ap.add_argument("--draft-quant", choices=("auto", "q4", "file"), default="auto",
+                    help="our draft's weights (as the CLI's --draft-quant): auto/q4 = 8-bit-code tensors requantized "
+                         "to 4 bits (the default), file = as the GGUF stores them")
     ap.add_argument("--no-spec", action="store_true", help="target alone only")
     ap.add_argument("--no-ours", action="store_true", help="llama.cpp only")
     ap.add_argument("--int8", action="store_true",
@@ -276,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
     from minitorch.generation import SamplingConfig, generate, speculative_generate
 
     ns = argparse.Namespace(target=str(target_file), draft=str(draft_file), drafter="model", backend="cpu",
-                            dtype="float32")
+                            dtype="float32", draft_quant=args.draft_quant)
     m = load_models(ns, need_draft=not args.no_spec, progress=False)
     warm_up(m)
     tok = m.tokenizer
