@@ -4,38 +4,23 @@ APIs present before and after the attention change, so the same file times both 
     PYTHONPATH=<tree> python3 tools/ab_long_cache.py LABEL
 Prints one JSON line per (shape, gemv, max_len)."""
 import json
-import statistics
 import sys
-from types import SimpleNamespace
+from pathlib import Path
 
 import numpy as np
 
 from minitorch.cuda.decoder import CudaDecoder, random_weights
 from minitorch.generation.cuda import generate_cuda
 
-SHAPES = {
-    "coder-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                       num_attention_heads=12, num_key_value_heads=2, rope_theta=1e6, rms_norm_eps=1e-6,
-                       tie_word_embeddings=True, max_position_embeddings=32768),
-    "coder-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                       num_attention_heads=14, num_key_value_heads=2, rope_theta=1e6, rms_norm_eps=1e-6,
-                       tie_word_embeddings=True, max_position_embeddings=32768),
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "project" / "bench"))
+import throughput  # noqa: E402  (this checkout's bench: its shapes and its graph timer)
+
+SHAPES = {"coder-1.5b": throughput.SHAPES["qwen2.5-coder-1.5b"], "coder-0.5b": throughput.SHAPES["qwen2.5-coder-0.5b"]}
 
 
 def time_graph(cp, dec, T, reps=30):
-    dec.replay(T, all_logits=True, advance=False)
-    dec.stream.synchronize()
-    s, e = cp.cuda.Event(), cp.cuda.Event()
-    out = []
-    for _ in range(5):
-        s.record(dec.stream)
-        for _ in range(reps):
-            dec.replay(T, all_logits=True, advance=False)
-        e.record(dec.stream)
-        e.synchronize()
-        out.append(cp.cuda.get_elapsed_time(s, e) / reps)
-    return statistics.median(out)
+    """Milliseconds of one replay of the T-token step graph (the bench's time_graph, in ms)."""
+    return 1e3 * throughput.time_graph(cp, dec, T, reps)
 
 
 def main():
