@@ -71,6 +71,22 @@ def test_fast_kernel_rows_do_not_depend_on_row_count() -> None:
             assert np.array_equal(one[0], many[t]), f"row {t}"
 
 
+def assert_rows_match_one_row_calls(pw: PackedWeight, x: np.ndarray) -> np.ndarray:
+    """For every R in 1..len(x): the packed kernel's R-row product of x[:R] equals its 1-row products bit for
+    bit; returns the 1-row products (len(x), N)."""
+    from minitorch.cpu import packed as fast_packed
+
+    n = pw.shape[0]
+    ones = np.empty((len(x), n), np.float32)
+    for r in range(len(x)):
+        fast_packed.packed_linear(x[r:r + 1].copy(), pw, ones[r:r + 1])
+    for rows in range(1, len(x) + 1):
+        out = np.empty((rows, n), np.float32)
+        fast_packed.packed_linear(x[:rows].copy(), pw, out)
+        assert np.array_equal(out, ones[:rows]), f"{rows} rows"
+    return ones
+
+
 @pytest.mark.parametrize("block", [16, 9])
 def test_fast_kernel_rows_match_one_row_calls_for_every_row_count(block: int) -> None:
     """Every R the row kernel takes (1..MAX_ROWS), an odd block (the single-input tail after the pairs)
@@ -84,13 +100,7 @@ def test_fast_kernel_rows_match_one_row_calls_for_every_row_count(block: int) ->
     rng = np.random.default_rng(block)
     pw = PackedWeight.quantize(rng.standard_normal((n, k)).astype(np.float32), block=block)
     x = rng.standard_normal((fast_packed.MAX_ROWS, k)).astype(np.float32)
-    ones = np.empty((len(x), n), np.float32)
-    for r in range(len(x)):
-        fast_packed.packed_linear(x[r:r + 1].copy(), pw, ones[r:r + 1])
-    for rows in range(1, len(x) + 1):
-        out = np.empty((rows, n), np.float32)
-        fast_packed.packed_linear(x[:rows].copy(), pw, out)
-        assert np.array_equal(out, ones[:rows]), f"{rows} rows"
+    ones = assert_rows_match_one_row_calls(pw, x)
     threads = numba.get_num_threads()
     numba.set_num_threads(1)
     try:

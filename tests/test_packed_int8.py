@@ -14,7 +14,7 @@ from minitorch.cpu import packed as fast_packed
 
 gguf = pytest.importorskip("gguf")
 from minitorch.models.gguf_packed import pack_raw  # noqa: E402
-from test_models_packed import gguf_pair, random_blocks  # noqa: E402,F401  (fixture reused)
+from test_models_packed import assert_rows_match_one_row_calls, gguf_pair, random_blocks  # noqa: E402,F401
 
 pytestmark = pytest.mark.skipif(not fast_packed.has_vnni(), reason="needs AVX512-VNNI")
 
@@ -98,13 +98,7 @@ def test_int8_rows_do_not_depend_on_row_count(qtype: str, int8_mode: None) -> No
     n, k = 300, 256
     pw = pack_raw(qtype, random_blocks(qtype, n, k, seed=4), (n, k))
     x = np.random.default_rng(2).standard_normal((fast_packed.MAX_ROWS, k)).astype(np.float32)
-    ones = np.empty((len(x), n), np.float32)
-    for r in range(len(x)):
-        fast_packed.packed_linear(x[r:r + 1].copy(), pw, ones[r:r + 1])
-    for rows in range(1, len(x) + 1):
-        out = np.empty((rows, n), np.float32)
-        fast_packed.packed_linear(x[:rows].copy(), pw, out)
-        assert np.array_equal(out, ones[:rows]), f"{rows} rows"
+    ones = assert_rows_match_one_row_calls(pw, x)
     # a prefill-sized call (more than MAX_ROWS rows) takes the same per-row computation, 16 rows at a time
     big = np.concatenate([x, x[::-1], x[:5]])
     out = np.empty((len(big), n), np.float32)

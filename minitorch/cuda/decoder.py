@@ -159,7 +159,7 @@ class CudaDecoder:
         if gemv not in ("ours", "ours1", "cublas", "tc"):
             raise ValueError(f"gemv must be 'ours', 'ours1', 'cublas' or 'tc', got {gemv!r}")
         if gemv == "tc":  # the tensor-core GEMV takes bf16 inputs: no in-kernel norm or SwiGLU input
-            if silu != "gateup" or fuse_norm or self.qkv_norm == "consumer" and qkv_norm != "auto":
+            if silu != "gateup" or fuse_norm or qkv_norm == "consumer":
                 raise ValueError("gemv='tc' needs silu='gateup', fuse_norm=False and qkv_norm 'auto' or 'epilogue'")
             if not tensor_cores_supported():
                 raise ValueError("gemv='tc' needs a GPU of compute capability >= 8.0 (mma.m16n8k16 bf16)")
