@@ -55,6 +55,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="cuda, exact verify: the products of decode and verify steps in our tensor-core GEMV (tc: "
                         "one mma kernel for 1..16 tokens) or our CUDA-core GEMV (ours); both give a verify step "
                         "the decode steps' bits. auto (default): tc on GPUs of compute capability >= 8.0")
+    g.add_argument("--gpu-draft-step", choices=("kernels", "persistent"), default="kernels",
+                   help="cuda: the draft's one- and two-token steps as separate kernels (default: ~6 launches a "
+                        "layer, the faster on the H200 so far) or as one persistent kernel for all layers "
+                        "(kernels/persistent.cu: grid-wide barriers; experimental, docs/GPU_RESULTS.md round 7). The "
+                        "draft only proposes tokens, so this changes speed and acceptance, never the output")
     g.add_argument("--draft-quant", choices=("auto", "q4", "file"), default="auto",
                    help="cpu, packed GGUF draft: q4 = the draft's 8-bit-code tensors requantized to 4 bits once (about "
                         "half the bytes a draft step reads; the draft's weights change only how many drafts are "
@@ -225,17 +230,25 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
 
         gemv = "tc" if tensor_cores_supported() else "ours"
 
-    def decoder(name: str, kind: str) -> tuple[Any, Any]:
+    def decoder(name: str, kind: str, persistent: bool = False) -> tuple[Any, Any]:
         model, tok = load_model(name, backend=FastBackend, dtype="float32", progress=progress, weights="float32")
         limit = int(getattr(model.config, "max_position_embeddings", 0) or GPU_MAX_LEN)
-        return CudaDecoder(model.config, weights_from_model(model), max_len=min(limit, GPU_MAX_LEN), gemv=kind), tok
+        kw = dict(max_len=min(limit, GPU_MAX_LEN), gemv=kind)
+        w = weights_from_model(model)
+        if persistent:
+            try:
+                return CudaDecoder(model.config, w, persistent=True, **kw), tok
+            except ValueError as e:  # a shape the persistent kernel does not take
+                raise SystemExit(f"--gpu-draft-step persistent: {e}") from e
+        return CudaDecoder(model.config, w, **kw), tok
 
     target, tok = decoder(args.target, gemv)
     draft = None
     if need_draft if need_draft is not None else args.drafter == "model":
         # the draft's bits never reach the output (the target's verify decides every token), so it runs the
         # fastest one-token kernels whatever the target's exact mode: our CUDA-core GEMV
-        draft, draft_tok = decoder(args.draft, "ours1" if gemv == "ours1" else "ours")
+        step = getattr(args, "gpu_draft_step", "kernels")
+        draft, draft_tok = decoder(args.draft, "ours1" if gemv == "ours1" else "ours", persistent=step == "persistent")
         check_compatible(draft_tok, tok)
     vocab = min(target.V, draft.V if draft is not None else target.V, int(tok.vocab_size))
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab, stop_ids=set(tok.stop_token_ids),

@@ -43,12 +43,19 @@ def _rope(x, pos, theta):  # x (T, heads, D), rotate_half convention
 
 
 def forward(cfg: dict, w: dict, ids: list[int], round: Optional[Callable] = None, bugs: tuple = (),
-            eps: float = 1e-6, products: bool = True) -> tuple[np.ndarray, list[np.ndarray]]:
+            eps: float = 1e-6, products: bool = True, only: Optional[set] = None) -> tuple[np.ndarray, list[np.ndarray]]:
     """Logits (T, V) of a causal forward over ids from position 0, and a dict: xn (T, H) the final normalised
     hidden states, head (V, H) the LM head, resid (T, H) the final residual stream (before the final norm),
     resid_acc (T, H) the sum of the magnitudes of everything added into each residual element (|embedding| +
-    sum over layers of |attn| @ |W_o|^T + |act| @ |W_down|^T): the accumulation a rounding error scales with."""
-    r = round or (lambda x: x)
+    sum over layers of |attn| @ |W_o|^T + |act| @ |W_down|^T): the accumulation a rounding error scales with.
+    only: round just these buffers ("xn", "q", "k", "v", "att", "act", "xn_final"; default all of them):
+    {"k", "v", "xn_final"} is the persistent step (kernels/persistent.cu), which stores only the KV cache and
+    the LM head's input in bf16."""
+    r0 = round or (lambda x: x)
+
+    def r(x: np.ndarray, name: str = "") -> np.ndarray:
+        return r0(x) if only is None or name in only else x
+
     rp = r if products else (lambda x: x)  # products: the cuBLAS path stores each product in bf16 first
     H, L = cfg["hidden_size"], cfg["num_hidden_layers"]
     Hq, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -62,12 +69,12 @@ def forward(cfg: dict, w: dict, ids: list[int], round: Optional[Callable] = None
     for li in range(L):
         p = f"model.layers.{li}."
         a = p + "self_attn."
-        xn = r(_rms(x, W[p + "input_layernorm.weight"], eps))
+        xn = r(_rms(x, W[p + "input_layernorm.weight"], eps), "xn")
         kb = np.zeros(Hkv * D) if "no_k_bias" in bugs else W[a + "k_proj.bias"]
-        q = r(rp(xn @ W[a + "q_proj.weight"].T) + W[a + "q_proj.bias"]).reshape(T, Hq, D)
-        k = r(rp(xn @ W[a + "k_proj.weight"].T) + kb).reshape(T, Hkv, D)
-        v = r(rp(xn @ W[a + "v_proj.weight"].T) + W[a + "v_proj.bias"]).reshape(T, Hkv, D)
-        q, k = r(_rope(q, pos, theta)), r(_rope(k, pos, theta))
+        q = r(rp(xn @ W[a + "q_proj.weight"].T) + W[a + "q_proj.bias"], "q").reshape(T, Hq, D)
+        k = r(rp(xn @ W[a + "k_proj.weight"].T) + kb, "kv_pre").reshape(T, Hkv, D)
+        v = r(rp(xn @ W[a + "v_proj.weight"].T) + W[a + "v_proj.bias"], "v").reshape(T, Hkv, D)
+        q, k = r(_rope(q, pos, theta), "q"), r(_rope(k, pos, theta), "k")
         if li == 0:  # layer 0's K cache and the accumulation magnitude of each entry (rope mixes pairs)
             k_acc = (np.abs(xn) @ np.abs(W[a + "k_proj.weight"]).T + np.abs(kb)).reshape(T, Hkv, D)
             k_acc = k_acc + np.concatenate([k_acc[..., D // 2:], k_acc[..., :D // 2]], -1)
@@ -78,17 +85,17 @@ def forward(cfg: dict, w: dict, ids: list[int], round: Optional[Callable] = None
         s = s + np.triu(np.full((T, T), -np.inf), 1)[None]
         s = np.exp(s - s.max(-1, keepdims=True))
         s /= s.sum(-1, keepdims=True)
-        att = r(np.einsum("hts,shd->thd", s, v).reshape(T, Hq * D))
+        att = r(np.einsum("hts,shd->thd", s, v).reshape(T, Hq * D), "att")
         x = x + rp(att @ W[a + "o_proj.weight"].T)
         acc = acc + np.abs(att) @ np.abs(W[a + "o_proj.weight"]).T
-        xn = r(_rms(x, W[p + "post_attention_layernorm.weight"], eps))
+        xn = r(_rms(x, W[p + "post_attention_layernorm.weight"], eps), "xn")
         g = rp(xn @ W[p + "mlp.gate_proj.weight"].T)
         u = rp(xn @ W[p + "mlp.up_proj.weight"].T)
-        act = r(g / (1.0 + np.exp(-g)) * u)
+        act = r(g / (1.0 + np.exp(-g)) * u, "act")
         down = W[p + "mlp.down_proj.weight"] * (1.05 if "down_scale" in bugs and li == L - 1 else 1.0)
         x = x + rp(act @ down.T)
         acc = acc + np.abs(act) @ np.abs(down).T
-    xn = r(_rms(x, W["model.norm.weight"], eps))
+    xn = r(_rms(x, W["model.norm.weight"], eps), "xn_final")
     head = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") or "lm_head.weight" not in W \
         else W["lm_head.weight"]
     return xn @ head.T, dict(xn=xn, head=head, resid=x, resid_acc=acc, k0=k0, k0_acc=k0_acc)

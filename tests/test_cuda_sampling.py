@@ -217,7 +217,8 @@ def test_acceptance_emits_target_distributed_tokens(point_mass, C):
 
 
 # ------------------------------------------------------------------ the engine on small random models
-def pair(mode=None):
+def pair(mode=None, persistent=False):
+    """A target and an unrelated draft (persistent: the draft's steps in kernels/persistent.cu)."""
     from minitorch import FastBackend
     from test_cuda_model import CONFIGS, build, decoder_of
 
@@ -226,18 +227,19 @@ def pair(mode=None):
     draft_kw = dict(CONFIGS[0], hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
                     num_hidden_layers=1)
     _, wd = build(draft_kw, FastBackend, seed=2)
-    return decoder_of(CONFIGS[0], wt, **mode), decoder_of(draft_kw, wd, **mode)
+    return decoder_of(CONFIGS[0], wt, **mode), decoder_of(draft_kw, wd, persistent=persistent, **mode)
 
 
 PROMPT = [5, 17, 42, 8, 1, 30]
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["kernels", "persistent-draft"])
 @pytest.mark.parametrize("gamma", [1, 4])
-def test_top_k_1_sampling_equals_greedy(gamma):
+def test_top_k_1_sampling_equals_greedy(gamma, persistent):
     from minitorch.generation import NGramDrafter
     from minitorch.generation.cuda import generate_cuda, speculative_generate_cuda
 
-    target, draft = pair()
+    target, draft = pair(persistent=persistent)
     greedy = generate_cuda(target, PROMPT, 40).tokens
     one = SamplingConfig(temperature=1.0, top_k=1, seed=3)
     assert generate_cuda(target, PROMPT, 40, one).tokens == greedy
@@ -281,10 +283,11 @@ def test_vocabularies_of_different_sizes():
     assert max(speculative_generate_cuda(target, draft, PROMPT, 40, cfg, gamma=3).tokens) < 90
 
 
-def test_seeds_reproduce_sampled_runs_and_stops_cut():
+@pytest.mark.parametrize("persistent", [False, True], ids=["kernels", "persistent-draft"])
+def test_seeds_reproduce_sampled_runs_and_stops_cut(persistent):
     from minitorch.generation.cuda import generate_cuda, speculative_generate_cuda
 
-    target, draft = pair()
+    target, draft = pair(persistent=persistent)
     cfg = SamplingConfig(temperature=1.0, seed=5)
     a = speculative_generate_cuda(target, draft, PROMPT, 48, cfg, gamma=4)
     b = speculative_generate_cuda(target, draft, PROMPT, 48, cfg, gamma=4)
@@ -302,10 +305,11 @@ def test_seeds_reproduce_sampled_runs_and_stops_cut():
     assert generate_cuda(target, PROMPT, 48, stop_ids={stop}).tokens == cut
 
 
-def test_first_sampled_token_follows_the_target():
+@pytest.mark.parametrize("persistent", [False, True], ids=["kernels", "persistent-draft"])
+def test_first_sampled_token_follows_the_target(persistent):
     from minitorch.generation.cuda import speculative_generate_cuda
 
-    target, draft = pair()
+    target, draft = pair(persistent=persistent)
     cfg0 = SamplingConfig(temperature=1.0, top_k=8)
     target.prefill(PROMPT)  # greedy setting: the logits of the prompt's last position
     ref = logits_to_probs(target.logits.ravel()[:target.nv].get().astype(np.float64), cfg0)

@@ -77,6 +77,35 @@ tc)  # the tensor-core GEMV (gemv="tc"): build, bits, a deliberately broken buil
   PAT='gemv|attn|total|rc=' TAILN=30 run profile_tc 60 python3 project/bench/throughput.py --shape qwen2.5-coder-1.5b --gemv tc --profile
   cd "$OUT" && tar czf all_tc.tgz *.log && rm -f coder_*.log build_new.log
   ;;
+pt)  # the persistent draft step (kernels/persistent.cu): build, tests, a broken build, phases, A/B on the coder shapes
+  G="-gencode=arch=compute_90,code=sm_90"
+  V=${V:-"broken:-DPT_BROKEN=1 timing:-DPT_TIMING=1 bars:-DPT_TIMING=1+-DPT_ONLY_BARRIERS=1 bars1:-DPT_TIMING=1+-DPT_ONLY_BARRIERS=1+-DPT_BAR=1 bar1:-DPT_BAR=1 pipe:-DPT_PIPE=1"}
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  log build
+  (./compile_cuda.sh > "$OUT/build_new.log" 2>&1; echo "new rc=$?") &
+  for v in $V; do n=${v%%:*}; f=${v#*:}; mkdir -p /tmp/v_$n
+    (nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes ${f//+/ } -o /tmp/v_$n/persistent.fatbin kernels/persistent.cu; echo "$n rc=$?") &
+  done
+  wait
+  for v in $V; do d=/tmp/v_${v%%:*}; for f in minitorch/cuda_kernels/*.fatbin; do [ "$(basename $f)" = persistent.fatbin ] || cp $f $d/; done; done
+  if [ -n "${ALLTESTS:-}" ]; then  # the whole GPU suite
+    PAT='passed|failed|rc=|Error' TAILN=30 run tests_all 300 python3 -m pytest -q -m gpu -p no:cacheprovider
+  else
+    PAT='passed|failed|rc=|Error|assert' TAILN=30 run tests_pt 200 python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/test_cuda_persistent.py tests/test_cuda_pdl.py tests/test_cuda_sampling.py -k "persistent or pdl or top_k_1 or seeds"
+  fi
+  PAT='passed|failed|rc=' run broken 90 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_broken python3 -m pytest -q -m gpu \
+      -p no:cacheprovider tests/test_cuda_persistent.py
+  PAT='T=|rc=|Error' run phases 60 env PYTHONPATH=. MINITORCH_CUDA_BUILD_DIR=/tmp/v_timing python3 tools/pt_phases.py
+  for b in bars bars1; do [ -d /tmp/v_$b ] && PAT='T=|rc=|Error' run phases_$b 60 env PYTHONPATH=. MINITORCH_CUDA_BUILD_DIR=/tmp/v_$b python3 tools/pt_phases.py; done
+  S="--shape qwen2.5-coder-0.5b --max-len 32768 --gemv ours"
+  P='decode step|rc=|Error'
+  PAT=$P run s_kernels 60 python3 project/bench/throughput.py $S
+  PAT=$P run s_pt 60 python3 project/bench/throughput.py $S --persistent on
+  for v in ${VB-bar1 pipe}; do [ -f /tmp/v_$v/persistent.fatbin ] && PAT=$P run s_pt_$v 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_$v python3 project/bench/throughput.py $S --persistent on; done
+  PAT='cost model|cost ratio|rc=|Error' run spec_pt 90 python3 project/bench/throughput.py --spec --spec-pair coder --gammas 3 4 5 6 --max-len 32768 --gemv tc --persistent draft
+  cd "$OUT" && tar czf all_pt.tgz *.log && rm -f s_*.log build_new.log
+  ;;
 realtc)  # after `.stage/assemble.sh join`: the tensor-core exact mode (default) against gemv "ours", real pair
   export MINITORCH_SPEC_CACHE=/root/cache
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \

@@ -39,12 +39,17 @@ from .blas import CUDA_R_16BF, CUDA_R_32F, cublas
 from .launch import (ATT_CLUSTER_MAX, ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, cluster_supported,
                      tensor_cores_supported)
 from .pdl import PdlLauncher
+
 from .runtime import get_cupy, kernels
 
 
 ATT_SLOT_BLOCKS = 264  # attention partial blocks a step aims at (two per SM of an H200) ...
 ATT_MIN_SLOTS = 32  # ... with at least this many split slots (long prefill steps have many row groups)
 ATT_STEP_ROWS = 16  # steps of at most this many tokens (decode, verify) share one attention split size
+PT_THREADS = 512  # kernels/persistent.cu: threads a block, ...
+PT_KS_MAX = 128  # ... keys per attention split at most, ...
+PT_ROWS_MAX = 16  # ... query rows of one attention item (2 tokens x query heads a kv head) ...
+PT_MAX_HEAD_DIM = 128  # ... and the largest head size
 _NORMED = object()  # "xn already holds the normalised residual" (a resnorm GEMV's epilogue wrote it)
 
 
@@ -101,7 +106,7 @@ class CudaDecoder:
                  gemv: str = "ours1", fuse_norm: bool = False, pdl: Optional[bool] = None,
                  silu: str = "gateup", norm_epilogue: bool = True, qkv_rope: bool = True, rows1: int = 4,
                  rows_big: int = 8, attn: str = "split", qkv_norm: str = "auto",
-                 attn_kb: Optional[int] = None, tc_wide: bool = True) -> None:
+                 attn_kb: Optional[int] = None, tc_wide: bool = True, persistent: bool = False) -> None:
         """gemv: which steps run their products in kernels/gemv.cu (SwiGLU and the residual add
         fused in): "ours1" one-token steps (default: verify steps then cost about one decode
         step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
@@ -143,7 +148,15 @@ class CudaDecoder:
         32,768 cache positions, then the least multiple of 32 that keeps 1024 splits; longer prefill
         steps use larger splits). Any fixed value keeps verify == decode bit for bit. A step's attention
         costs what its visible splits cost, not max_len: the partial kernel's blocks loop over the
-        splits holding visible keys and stop, and attn_combine merges only those (kernels/attention.cu)."""
+        splits holding visible keys and stop, and attn_combine merges only those (kernels/attention.cu).
+        persistent: steps of 1 or 2 tokens run every layer in ONE cooperative kernel (kernels/persistent.cu:
+        a block per multiprocessor, grid-wide barriers between a layer's phases), then the LM head and the
+        token choice as usual. Meant for a small model's latency-bound steps (the draft of a speculative
+        pair); on the H200 not yet faster than the separate kernels (0.5B step 0.959 vs 0.854 ms,
+        docs/GPU_RESULTS.md round 7). Its numbers differ from the other
+        modes' in the last bits (fp32 activations, its own summation order), so it is meant for a draft,
+        whose numbers never reach the output; deterministic run to run. Needs silu="gateup",
+        qkv_rope, a head size that is a multiple of 8 and <= 128, Hq / Hkv <= 8."""
         if rows1 not in (2, 4):
             raise ValueError(f"rows1 must be 2 or 4, got {rows1!r}")
         if rows_big not in (4, 8):
@@ -260,6 +273,9 @@ class CudaDecoder:
             pdl = cluster_supported()  # PDL and clusters both arrive with compute capability 9.0
         self.pdl = bool(pdl)
         self.k = PdlLauncher(kernels(), pdl=self.pdl)
+        self.persistent = bool(persistent)
+        if self.persistent:
+            self._persistent_setup()
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.graphs: Dict[Any, Any] = {}
 
@@ -267,6 +283,53 @@ class CudaDecoder:
     def config(self) -> Any:
         """The model config (generation's request checks read config.max_position_embeddings)."""
         return self.cfg
+
+    def _persistent_setup(self) -> None:
+        """Check the shape and allocate what kernels/persistent.cu needs (module comment there)."""
+        cp, H, I, Hq, Hkv, D = self.cp, self.H, self.I, self.Hq, self.Hkv, self.D
+        problem = None
+        if self.silu != "gateup" or not self.qkv_rope:
+            problem = "silu='gateup' and qkv_rope=True (its weight layouts)"
+        elif D % 8 or D > PT_MAX_HEAD_DIM or H % 8 or I % 8:
+            problem = f"a head size that is a multiple of 8 and <= {PT_MAX_HEAD_DIM}, hidden and intermediate sizes multiples of 8"
+        elif 2 * (Hq // Hkv) > PT_ROWS_MAX:
+            problem = f"at most {PT_ROWS_MAX // 2} query heads a kv head"
+        if problem:
+            raise ValueError(f"persistent=True needs {problem}")
+        self.pt_blocks = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+        self.pt_smax = math.ceil(self.max_len / 32) + 1  # attention splits hold >= 32 keys (kernels/persistent.cu)
+        T = 2
+        rows = T * Hq * self.pt_smax
+        self.pt_q = cp.zeros((T, Hq, D), cp.float32)
+        self.pt_ws_m = cp.zeros(rows, cp.float32)
+        self.pt_ws_l = cp.zeros(rows, cp.float32)
+        self.pt_ws_acc = cp.zeros(rows * D, cp.float32)
+        self.pt_attn = cp.zeros((T, Hq * D), cp.float32)
+        self.pt_act = cp.zeros((T, I), cp.float32)
+        # barrier counter, generation, "a block gave up waiting"; from 8 on the -DPT_TIMING=1 marks
+        self.pt_bar = cp.zeros(8 + 1 + 6 * self.L, cp.uint32)
+        cols = ("qkv", "qkv_bias", "o", "gate_up", "down", "ln1", "ln2", "k", "v")
+        self.pt_layers = cp.asarray(np.array([[0 if lw[c] is None else lw[c].data.ptr for c in cols]
+                                              for lw in self.layers], np.uint64))
+        G = Hq // Hkv
+        attn_floats = T * G * D + T * G * PT_KS_MAX + PT_KS_MAX * D // 2
+        self.pt_smem = 4 * max(T * max(H, Hq * D, I), attn_floats)
+
+    def _persistent_layers(self, T: int) -> None:
+        """Embedding and every layer of a 1- or 2-token step in one launch; xn[:T] = the final norm's output."""
+        i32 = np.int32
+        self.k.launch(f"persist{T}_bf16", (self.pt_blocks,), (PT_THREADS,),
+                      (self.pt_layers, self.embed, self.tokens, self.final_norm, self.pos, self.resid, self.xn,
+                       self.pt_q, self.pt_ws_m, self.pt_ws_l, self.pt_ws_acc, self.pt_attn, self.pt_act, self.pt_bar,
+                       i32(self.L), i32(self.H), i32(self.Hq), i32(self.Hkv), i32(self.D), i32(self.I),
+                       i32(self.max_len), i32(self.pt_smax), np.float32(self.eps), np.float32(self.theta)),
+                      shared_mem=self.pt_smem, cooperative=True)
+
+    def persistent_failed(self) -> bool:
+        """Whether a persistent step's grid barrier ever gave up waiting (a grid that was not resident
+        at once: its numbers are wrong). Synchronises the stream."""
+        self.stream.synchronize()
+        return bool(int(self.pt_bar[2].get())) if self.persistent else False
 
     # ------------------------------------------------------------------ one step (capturable)
     def _ours(self, M: int, K: int) -> bool:
@@ -370,6 +433,10 @@ class CudaDecoder:
         """Enqueue one forward step over tokens[0:T] at positions pos..pos+T-1 (no host sync)."""
         k, H, D, Hq, Hkv, I, i32 = self.k, self.H, self.D, self.Hq, self.Hkv, self.I, np.int32
         H3 = Hq + 2 * Hkv
+        if self.persistent and T <= 2:
+            self._persistent_layers(T)
+            self._head(T, all_logits, advance, _NORMED)
+            return
         k.launch("embedding_bf16_f32", (T,), (256,), (self.embed, self.tokens, self.resid, i32(self.V), i32(H)))
         groups = math.ceil((Hq // Hkv) * T / ATT_RMAX)
         delta: Optional[Any] = None
@@ -422,6 +489,11 @@ class CudaDecoder:
                 k.launch("gate_up_silu_il_bf16" if self.silu == "gateup" else "gate_up_silu_bf16",
                          (min(4096, math.ceil(T * I / 256)),), (256,), (self.gu, self.act, np.int64(T), i32(I)))
                 delta = self._gemm_resid(self.act, lw["down"], self.down, T, H, I, nw=nexts[li])
+        self._head(T, all_logits, advance, delta)
+
+    def _head(self, T: int, all_logits: bool, advance: bool, delta: Optional[Any]) -> None:
+        """The final norm (unless delta is _NORMED), the LM head, the token choice, the position advance."""
+        k, i32 = self.k, np.int32
         r0 = 0 if all_logits else T - 1
         rows = T - r0
         self._normed_proj(delta, self.final_norm, self.lm_head, T, self.nv, r0=r0, yf=self.logits)

@@ -8,7 +8,9 @@ GEMVs prefetch their (constant) weights into L2 before that wait, so the weight 
 previous kernel's tail and the launch gap. Kernels outside the list launch the ordinary way.
 Works inside CUDA-graph stream capture (CUDA >= 12.3 turns it into programmatic graph edges).
 The same launcher starts thread-block clusters (the cluster-dimension launch attribute, sm_90):
-attn_cluster_bf16 merges its attention splits through distributed shared memory.
+attn_cluster_bf16 merges its attention splits through distributed shared memory; and cooperative
+kernels (the cooperative attribute: the driver refuses a grid that cannot be resident at once), which
+the persistent step (kernels/persistent.cu) needs for its grid-wide barriers.
 """
 from __future__ import annotations
 
@@ -25,9 +27,11 @@ PDL_KERNELS = frozenset({
     "attn_partial_bf16", "attn_combine_bf16", "attn_cluster_bf16",
     "gate_up_silu_bf16", "gate_up_silu_il_bf16", "argmax_partial_f32", "argmax_final", "decode_advance",
 })
-_ATTR_CLUSTER_DIMENSION = 4  # CUlaunchAttributeID (cuda.h)
+_ATTR_COOPERATIVE = 2  # CUlaunchAttributeID (cuda.h)
+_ATTR_CLUSTER_DIMENSION = 4
 _ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6
-_FUNC_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute (cuda.h)
+_FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute (cuda.h)
+_FUNC_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
 
 
 class _LaunchAttr(ctypes.Structure):
@@ -83,22 +87,34 @@ class PdlLauncher:
         self._set_attr.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         self._set_attr.restype = ctypes.c_int
         self._non_portable: set = set()
+        self._smem_set: dict = {}
 
     def __getattr__(self, name: str) -> Any:  # get, sources, module ... of the wrapped library
         return getattr(self.lib, name)
 
     def launch(self, name: str, grid: Tuple[int, ...], block: Tuple[int, ...], args: Tuple[Any, ...],
-               shared_mem: int = 0, cluster: Optional[Tuple[int, ...]] = None) -> None:
-        """Launch `name` (with PDL when it is a PDL kernel, as clusters when `cluster` is given) on
-        CuPy's current stream."""
+               shared_mem: int = 0, cluster: Optional[Tuple[int, ...]] = None, cooperative: bool = False) -> None:
+        """Launch `name` (with PDL when it is a PDL kernel, as clusters when `cluster` is given, as a
+        cooperative grid when `cooperative`) on CuPy's current stream. Dynamic shared memory above
+        48 KB is opted into per kernel."""
         use_pdl = self.pdl and (name in PDL_KERNELS or name.startswith("gemv"))
-        if not use_pdl and cluster is None:
+        if not use_pdl and cluster is None and not cooperative and shared_mem <= 48 * 1024:
             self.lib.launch(name, grid, block, args, shared_mem)
             return
         fn = self.lib.get(name)
         fptr = getattr(fn, "kernel", fn).ptr  # RawKernel -> cupy.cuda.Function -> CUfunction
-        attrs = (_LaunchAttr * 2)()
+        if shared_mem > self._smem_set.get(name, 48 * 1024):
+            rc = self._set_attr(ctypes.c_void_p(fptr), _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared_mem))
+            if rc != 0:
+                raise RuntimeError(f"cuFuncSetAttribute({name}, {shared_mem} bytes of dynamic shared memory) failed: "
+                                   f"CUresult {rc}")
+            self._smem_set[name] = int(shared_mem)
+        attrs = (_LaunchAttr * 3)()
         n = 0
+        if cooperative:
+            attrs[n].id = _ATTR_COOPERATIVE
+            attrs[n].value[0] = 1
+            n += 1
         if use_pdl:
             attrs[n].id = _ATTR_PROGRAMMATIC_STREAM_SERIALIZATION
             attrs[n].value[0] = 1

@@ -169,7 +169,9 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
                       fuse_norm=args.fuse_norm, pdl={"auto": None, "on": True, "off": False}[args.pdl],
                       silu=args.silu, norm_epilogue=args.norm_epilogue == "on", qkv_rope=args.qkv_rope == "on",
                       rows1=args.rows1, rows_big=args.rows_big, attn=args.attn, qkv_norm=args.qkv_norm,
-                      attn_kb=args.attn_kb, tc_wide=args.tc_wide == "on")
+                      attn_kb=args.attn_kb, tc_wide=args.tc_wide == "on",
+                      persistent=args.persistent == "on" or (args.persistent == "draft" and args.spec
+                                                              and name == SPEC_PAIRS[args.spec_pair][1]))
     del w
     cp.get_default_memory_pool().free_all_blocks()
     setup = time.perf_counter() - t0
@@ -394,6 +396,9 @@ def main(argv: List[str] | None = None) -> int:
                          "tensor-core GEMV for steps of <= 16 tokens (tc; exact like ours), or cuBLAS everywhere")
     ap.add_argument("--tc-wide", choices=["on", "off"], default="on",
                     help="--gemv tc: 16 output rows a block for products of more than 8192 outputs (default on)")
+    ap.add_argument("--persistent", choices=["off", "on", "draft"], default="off",
+                    help="steps of 1-2 tokens run every layer in one cooperative kernel (kernels/persistent.cu): "
+                         "off (default), on (every model), draft (only --spec's draft)")
     ap.add_argument("--fuse-norm", action="store_true",
                     help="compute RMSNorm inside every GEMV that reads a normalised input (QKV, gate/up, LM head) "
                          "instead of in the previous projection's last block")
@@ -465,7 +470,7 @@ def main(argv: List[str] | None = None) -> int:
     print(f"device {dev}; measured copy bandwidth {bw / 1e9:.0f} GB/s; prompt {args.prompt}, new {args.new}, "
           f"greedy, bf16, gemv={args.gemv}, fuse_norm={args.fuse_norm}, pdl={args.pdl}, silu={args.silu}, "
           f"norm_epilogue={args.norm_epilogue}, qkv_rope={args.qkv_rope}, rows1={args.rows1}, "
-          f"rows_big={args.rows_big}, attn={args.attn}, qkv_norm={args.qkv_norm}; "
+          f"rows_big={args.rows_big}, attn={args.attn}, qkv_norm={args.qkv_norm}, persistent={args.persistent}; "
           f"kernels from {BUILD_DIR}")
     results: Dict[str, Any] = dict(device=dev, copy_bw=bw, shapes={})
     decs = {}
