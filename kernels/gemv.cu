@@ -77,14 +77,6 @@
 #define GEMV_RS_BROKEN 0  // tests only: those kernels sum lanes in another order (offsets 1, 2, .. 16): not exact
 #endif
 
-__device__ __forceinline__ void bf16x8_to_f32(const uint4& v, float* f) {
-  const unsigned int w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
 __device__ __forceinline__ float round_bf16(float x) { return to_f(from_f<bf16_t>(x)); }
 
 // One reduce-scatter stage over lane offset o: M live slots y[0..M); a lane with bit o set keeps the upper

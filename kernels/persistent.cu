@@ -80,15 +80,6 @@
 
 enum { LP_QKV, LP_BIAS, LP_O, LP_GU, LP_DOWN, LP_LN1, LP_LN2, LP_K, LP_V, LP_N };
 
-__device__ __forceinline__ void pt_bf16x8(const uint4& v, float* f) {
-  const unsigned int w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
 __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -202,7 +193,7 @@ __device__ __forceinline__ void warp_dot(const bf16_t* __restrict__ w, int K, co
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           float f[8];
-          pt_bf16x8(wv[u][r], f);
+          bf16x8_to_f32(wv[u][r], f);
 #pragma unroll
           for (int t = 0; t < T; ++t)
 #pragma unroll
@@ -264,7 +255,7 @@ __device__ __forceinline__ void block_units(const bf16_t* __restrict__ W, int K,
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             float f[8];
-            pt_bf16x8(wv[u][r], f);
+            bf16x8_to_f32(wv[u][r], f);
 #pragma unroll
             for (int t = 0; t < T; ++t) {
               const float4* xp = reinterpret_cast<const float4*>(xs + (i64)t * K + cc * 8);
@@ -406,7 +397,7 @@ __device__ __forceinline__ void attn_item(int g, int s, int ks, int pos, int n_c
       for (int c = 0; c < 8; ++c) {
         if (c0 + c < D / 8) {
           float f[8];
-          pt_bf16x8(kv[c], f);
+          bf16x8_to_f32(kv[c], f);
           const float* qc = qs + (c0 + c) * 8;
 #pragma unroll
           for (int r = 0; r < PT_ROWS_MAX; ++r)
@@ -547,6 +538,13 @@ __device__ void persist_body(const unsigned long long* __restrict__ lp, const bf
   i64 ids[T];
 #pragma unroll
   for (int t = 0; t < T; ++t) ids[t] = tokens[t];
+  auto add_resid = [&](int n, float (&v)[1][T]) {  // the o and down epilogues: resid[t][n] += v
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float* r = resid + (i64)t * H + n;
+      __stcg(r, __ldcg(r) + v[0][t]);
+    }
+  };
   unsigned bar_target = 0;  // PT_BAR 2: arrivals the next barrier waits for
   PT_MARK(0);
   prefetch_l2(reinterpret_cast<const bf16_t*>(lp[LP_QKV]) + (i64)q0 * 2 * H, (i64)nq * 2 * H * 2);
@@ -614,13 +612,7 @@ __device__ void persist_body(const unsigned long long* __restrict__ lp, const bf
     } else if (!PT_ONLY_BARRIERS) {
       load_rows(abuf, T * HD, sm);
     }
-    block_units<1, T>(Wo, HD, o0, PT_ONLY_BARRIERS ? 0 : no, sm, red, [&](int n, float (&v)[1][T]) {
-#pragma unroll
-      for (int t = 0; t < T; ++t) {
-        float* r = resid + (i64)t * H + n;
-        __stcg(r, __ldcg(r) + v[0][t]);
-      }
-    });
+    block_units<1, T>(Wo, HD, o0, PT_ONLY_BARRIERS ? 0 : no, sm, red, add_resid);
     grid_sync(bar, bar_target);
     PT_MARK(4 + 6 * l);
     // ---- gate/up + SwiGLU
@@ -639,13 +631,7 @@ __device__ void persist_body(const unsigned long long* __restrict__ lp, const bf
     if (l + 1 < L)
       prefetch_l2(reinterpret_cast<const bf16_t*>(P[LP_N + LP_QKV]) + (i64)q0 * 2 * H, (i64)nq * 2 * H * 2);
     if (!PT_ONLY_BARRIERS) load_rows(act, T * I, sm);
-    block_units<1, T>(Wd, I, d0, PT_ONLY_BARRIERS ? 0 : nd, sm, red, [&](int n, float (&v)[1][T]) {
-#pragma unroll
-      for (int t = 0; t < T; ++t) {
-        float* r = resid + (i64)t * H + n;
-        __stcg(r, __ldcg(r) + v[0][t]);
-      }
-    });
+    block_units<1, T>(Wd, I, d0, PT_ONLY_BARRIERS ? 0 : nd, sm, red, add_resid);
     grid_sync(bar, bar_target);
     PT_MARK(6 + 6 * l);
   }
