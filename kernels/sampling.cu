@@ -22,7 +22,8 @@
 //     sampled:             accept d_i with probability min(1, p_i(d_i) / q_i(d_i)) (u * q < p); at the
 //                          first rejection next ~ norm(max(p_i - q_i, 0)) (p_i if that has no mass);
 //                          after g acceptances next ~ p_g (bonus). q == null: point-mass drafts (q = 1 at d_i).
-//   q rows of the draft live in its ring at slot (*dpos - g + i) % Q (the draft ran g one-token steps).
+//   q rows of the draft live in its ring at slot (*dpos - g + i) % Q (the draft ran g one-token steps);
+//   they hold qV <= V entries (a draft that proposes among the first qV tokens only): q = 0 beyond.
 //   Writes out = [n, d_1..d_n, next] and sets up the next round without the host: target *tpos += n + 1
 //   and ttok[0] = next; for a draft decoder (dpos != null) *dpos = p0 + n + 1, dtok[0] = next, or
 //   when all g were accepted *dpos = p0 + g, dtok = [d_g, next] (its next step feeds two tokens;
@@ -294,7 +295,7 @@ sample_f32(const float* logits, i64 ld, float* probs, i64 ldp, int Q, const int*
 }
 
 __global__ void __launch_bounds__(SAMPLE_THREADS)
-spec_accept(const float* p, i64 ldp, const i64* argmax, const float* q, i64 ldq, int Q, int* dpos,
+spec_accept(const float* p, i64 ldp, const i64* argmax, const float* q, i64 ldq, int qV, int Q, int* dpos,
             const i64* drafts, int g, int V, int* tpos, i64* ttok, i64* dtok, i64* out, u64* rng) {
   __shared__ Scratch s;
   __shared__ int res[2];
@@ -314,7 +315,7 @@ spec_accept(const float* p, i64 ldp, const i64* argmax, const float* q, i64 ldq,
         continue;
       }
       float pd = p[(i64)n * ldp + d];
-      float qd = q ? q[(i64)((qbase + n) % Q) * ldq + d] : 1.f;
+      float qd = q ? (d < qV ? q[(i64)((qbase + n) % Q) * ldq + d] : 0.f) : 1.f;
       if (!(uniform01(seed, ctr + n) * qd < pd)) break;
     }
     res[0] = n;
@@ -331,7 +332,7 @@ spec_accept(const float* p, i64 ldp, const i64* argmax, const float* q, i64 ldq,
     } else {
       i64 d = drafts[n];
       const float* qn = q ? q + (i64)((qbase + n) % Q) * ldq : nullptr;
-      auto resid = [&](int i) { return fmaxf(pn[i] - (qn ? qn[i] : (i == d ? 1.f : 0.f)), 0.f); };
+      auto resid = [&](int i) { return fmaxf(pn[i] - (qn ? (i < qV ? qn[i] : 0.f) : (i == d ? 1.f : 0.f)), 0.f); };
       float mass = 0.f;
       for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) mass += resid(i);
       mass = cluster_sum(mass, s);

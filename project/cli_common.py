@@ -107,8 +107,6 @@ def check_spec_args(args: argparse.Namespace) -> None:
         raise UserError(f"--draft-vocab must be >= 0, got {args.draft_vocab}")
     if args.backend != "cuda" and args.dtype == "bfloat16":
         raise UserError("--dtype bfloat16 needs --backend cuda")
-    if graph_decoders(args) and getattr(args, "draft_vocab", 0):
-        raise UserError("--draft-vocab is not available on the cuda graph path (use --backend cpu or --dtype float32)")
 
 
 def graph_decoders(args: argparse.Namespace) -> bool:
@@ -158,9 +156,10 @@ class Models:
             return NGramDrafter()
         if self.draft is None:
             raise UserError("no draft model is loaded (started with --drafter ngram)")
-        if self.on_gpu_graphs:
-            return self.draft
         n = self.draft_vocab if draft_vocab is None else draft_vocab
+        if self.on_gpu_graphs:  # the draft decoder itself; its LM head computes the first n rows for the run
+            self.draft.propose_vocab = n or None
+            return self.draft
         return ModelDrafter(self.draft, self.vocab_size, head_vocab=n or None)
 
     def functions(self) -> tuple[Callable[..., Any], Callable[..., Any]]:

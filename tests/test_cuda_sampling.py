@@ -8,11 +8,13 @@
   expected count < 5 pooled, significance 0.001 (fixed seeds, so the outcome is deterministic); the same
   test rejects the draft's distribution (it has power).
 - spec_accept: with drafts drawn from q, the first emitted token follows p_0, the second (when the first
-  draft was accepted) p_1, the third p_2; point-mass drafts (n-gram) likewise.
+  draft was accepted) p_1, the third p_2; point-mass drafts (n-gram) likewise; and a draft whose q rows
+  cover only the first 3/4 of the tokens (--draft-vocab: q = 0 beyond).
 - The engine: top-k 1 sampling equals greedy decoding (every sampled path of the engine is exercised
   with a deterministic answer), seeds reproduce runs, the first sampled token of speculative runs
-  follows the target's distribution, stop tokens cut exactly, the n-gram drafter, and
-  run_spec_decoding.py --backend cuda end to end.
+  follows the target's distribution (each with the separate-kernel draft, the persistent draft and a
+  draft proposing among 60 tokens), stop tokens cut exactly, the n-gram drafter, and
+  run_spec_decoding.py --backend cuda end to end (also with --draft-vocab).
 """
 from __future__ import annotations
 
@@ -142,8 +144,9 @@ def test_draws_follow_the_probabilities(case, C):
 
 
 def run_accept(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, seed: int = 5, C: int = 1) -> np.ndarray:
-    """spec_accept (a cluster of C blocks) once per row of drafts (N, g) with fixed p (g+1, V) and q (g, V)
-    (None: point mass); returns out (N, g + 2) = [n, d_1..d_n, next, ...]."""
+    """spec_accept (a cluster of C blocks) once per row of drafts (N, g) with fixed p (g+1, V) and q (g, Vq)
+    (Vq <= V: a draft that proposes among the first Vq tokens; None: point mass); returns out (N, g + 2) =
+    [n, d_1..d_n, next, ...]."""
     import cupy as cp
 
     from minitorch.cuda.launch import SAMPLE_THREADS
@@ -155,6 +158,7 @@ def run_accept(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, seed: in
     N = drafts.shape[0]
     P = cp.asarray(p.astype(np.float32))
     Qd = cp.asarray(q.astype(np.float32)) if q is not None else None
+    Vq = q.shape[1] if q is not None else 0
     D = cp.asarray(drafts.astype(np.int64))
     out = cp.zeros((N, g + 2), cp.int64)
     tpos, ttok = cp.zeros(1, cp.int32), cp.zeros(1, cp.int64)
@@ -163,7 +167,8 @@ def run_accept(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, seed: in
     k = PdlLauncher(kernels(), pdl=False)
     for i in range(N):
         k.launch("spec_accept", (C,), (SAMPLE_THREADS,),
-                 (P, np.int64(V), z, Qd if Qd is not None else z, np.int64(V), np.int32(max(g, 1)), z, D[i],
+                 (P, np.int64(V), z, Qd if Qd is not None else z, np.int64(max(Vq, 1)), np.int32(Vq),
+                  np.int32(max(g, 1)), z, D[i],
                   np.int32(g), np.int32(V), tpos, ttok, z, out[i], rng), cluster=(C, 1, 1) if C > 1 else None)
     cp.cuda.runtime.deviceSynchronize()
     assert int(rng[1].get()) == N * (g + 1)  # the kernel advanced its counter by g + 1 per round
@@ -175,17 +180,18 @@ def random_probs(r: np.random.Generator, rows: int, V: int, scale: float) -> np.
     return x / x.sum(axis=1, keepdims=True)
 
 
-def acceptance_inputs(point_mass: bool, C: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    """(p (g+1, V), q (g, V) or None, drafts (N, g)) of the acceptance test: drafts drawn from q, or each
-    position's second most likely token (point mass)."""
+def acceptance_inputs(point_mass: bool, C: int, narrow: bool = False) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(p (g+1, V), q (g, Vq) or None, drafts (N, g)) of the acceptance test: drafts drawn from q, or each
+    position's second most likely token (point mass). narrow: q covers the first 3/4 of the tokens only
+    (a draft with a smaller vocabulary: q = 0 beyond; the residual draws must still follow p)."""
     r = np.random.default_rng(7)
     V, g, N = (8 if C == 1 else 40), 3, 12_000  # 40 tokens: every block of a 16-block cluster holds some
     p = random_probs(r, g + 1, V, 1.0)
-    q = None if point_mass else random_probs(r, g, V, 1.5)
+    q = None if point_mass else random_probs(r, g, V * 3 // 4 if narrow else V, 1.5)
     if point_mass:
         drafts = np.tile(np.argsort(-p[:g], axis=1)[:, 1], (N, 1))  # each position's second most likely token
     else:
-        drafts = np.stack([r.choice(V, size=N, p=q[i]) for i in range(g)], axis=1)
+        drafts = np.stack([r.choice(q.shape[1], size=N, p=q[i]) for i in range(g)], axis=1)
     return p, q, drafts
 
 
@@ -203,22 +209,24 @@ def check_acceptance(out: np.ndarray, p: np.ndarray, q: np.ndarray | None, draft
         counts = np.bincount(tok, minlength=V)
         assert chi2_pvalue(counts, p[pos]) > SIG, f"position {pos + 1}"
     first = np.bincount(out[:, 1], minlength=V)
-    if q is not None:
-        assert chi2_pvalue(first, q[0]) < SIG  # power: the draft's own distribution is rejected
+    if q is not None:  # power: the draft's own distribution is rejected (outright when a token outside q came)
+        q0 = np.pad(q[0], (0, V - q.shape[1]))
+        assert first[q0 == 0].sum() > 0 or chi2_pvalue(first, q0) < SIG
 
 
 @pytest.mark.parametrize("C", [1, 16], ids=["1-block", "cluster-16"])
-@pytest.mark.parametrize("point_mass", [False, True], ids=["model-draft", "point-mass"])
-def test_acceptance_emits_target_distributed_tokens(point_mass, C):
+@pytest.mark.parametrize("kind", ["model-draft", "point-mass", "narrow-draft"])
+def test_acceptance_emits_target_distributed_tokens(kind, C):
     if C not in clusters():
         pytest.skip("no thread-block clusters on this device")
-    p, q, drafts = acceptance_inputs(point_mass, C)
+    p, q, drafts = acceptance_inputs(kind == "point-mass", C, narrow=kind == "narrow-draft")
     check_acceptance(run_accept(p, q, drafts, C=C), p, q, drafts)
 
 
 # ------------------------------------------------------------------ the engine on small random models
-def pair(mode=None, persistent=False):
-    """A target and an unrelated draft (persistent: the draft's steps in kernels/persistent.cu)."""
+def pair(mode=None, persistent=False, propose_vocab=None):
+    """A target and an unrelated draft (persistent: the draft's steps in kernels/persistent.cu; propose_vocab:
+    the draft proposes among that many first token ids only)."""
     from minitorch import FastBackend
     from test_cuda_model import CONFIGS, build, decoder_of
 
@@ -227,19 +235,24 @@ def pair(mode=None, persistent=False):
     draft_kw = dict(CONFIGS[0], hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
                     num_hidden_layers=1)
     _, wd = build(draft_kw, FastBackend, seed=2)
-    return decoder_of(CONFIGS[0], wt, **mode), decoder_of(draft_kw, wd, persistent=persistent, **mode)
+    draft = decoder_of(draft_kw, wd, persistent=persistent, **mode)
+    draft.propose_vocab = propose_vocab
+    return decoder_of(CONFIGS[0], wt, **mode), draft
 
 
 PROMPT = [5, 17, 42, 8, 1, 30]
 
 
-@pytest.mark.parametrize("persistent", [False, True], ids=["kernels", "persistent-draft"])
+DRAFTS = {"kernels": {}, "persistent-draft": dict(persistent=True), "draft-vocab-60": dict(propose_vocab=60)}
+
+
+@pytest.mark.parametrize("draft_kind", list(DRAFTS))
 @pytest.mark.parametrize("gamma", [1, 4])
-def test_top_k_1_sampling_equals_greedy(gamma, persistent):
+def test_top_k_1_sampling_equals_greedy(gamma, draft_kind):
     from minitorch.generation import NGramDrafter
     from minitorch.generation.cuda import generate_cuda, speculative_generate_cuda
 
-    target, draft = pair(persistent=persistent)
+    target, draft = pair(**DRAFTS[draft_kind])
     greedy = generate_cuda(target, PROMPT, 40).tokens
     one = SamplingConfig(temperature=1.0, top_k=1, seed=3)
     assert generate_cuda(target, PROMPT, 40, one).tokens == greedy
@@ -305,11 +318,11 @@ def test_seeds_reproduce_sampled_runs_and_stops_cut(persistent):
     assert generate_cuda(target, PROMPT, 48, stop_ids={stop}).tokens == cut
 
 
-@pytest.mark.parametrize("persistent", [False, True], ids=["kernels", "persistent-draft"])
-def test_first_sampled_token_follows_the_target(persistent):
+@pytest.mark.parametrize("draft_kind", list(DRAFTS))
+def test_first_sampled_token_follows_the_target(draft_kind):
     from minitorch.generation.cuda import speculative_generate_cuda
 
-    target, draft = pair(persistent=persistent)
+    target, draft = pair(**DRAFTS[draft_kind])
     cfg0 = SamplingConfig(temperature=1.0, top_k=8)
     target.prefill(PROMPT)  # greedy setting: the logits of the prompt's last position
     ref = logits_to_probs(target.logits.ravel()[:target.nv].get().astype(np.float64), cfg0)
@@ -333,6 +346,10 @@ def test_cli_backend_cuda_end_to_end(model_folders):
     res = _run(*common, "--backend", "cuda", "--temperature", "0.8", "--top-p", "0.9", "--drafter", "ngram")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["spec"]["stats"]["new_tokens"] > 0
+    res = _run(*common, "--backend", "cuda", "--draft-vocab", "50")  # the draft proposes among 50 token ids
+    assert res.returncode == 0, res.stderr
+    narrow = json.loads(res.stdout)
+    assert narrow["spec"]["tokens"] == narrow["target"]["tokens"] == gpu["target"]["tokens"]
 
 
 from test_run_spec_decoding import model_folders  # noqa: E402,F401  (the fixture)

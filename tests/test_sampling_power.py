@@ -102,3 +102,17 @@ def test_draws_check_rejects_slightly_wrong_samplers(k, C):
         except AssertionError:  # drew a token of probability 0: the device test fails as well
             pval = 0.0
         assert pval < SIG, (name, pval)
+
+
+def test_narrow_draft_rule_passes_and_a_row_overrun_fails():
+    """A draft that proposes among the first Vq < V tokens (--draft-vocab): its q rows hold Vq entries and q = 0
+    beyond. The right rule (q padded with zeros) passes the device check; reading V entries of a Vq-wide row
+    (the next row's first entries where zeros belong: the bug the kernel's qV bound prevents) fails it."""
+    p, q, drafts = acceptance_inputs(False, 1, narrow=True)
+    V, Vq = p.shape[1], q.shape[1]
+    padded = np.pad(q, ((0, 0), (0, V - Vq)))
+    check_acceptance(simulate(spec.accept_sampled, p, padded, drafts), p, q, drafts)
+    flat = np.concatenate([q.ravel(), np.zeros(V)])
+    overrun = np.stack([flat[i * Vq:i * Vq + V] for i in range(q.shape[0])])
+    with pytest.raises(AssertionError):
+        check_acceptance(simulate(spec.accept_sampled, p, overrun, drafts), p, q, drafts)

@@ -194,6 +194,9 @@ class CudaDecoder:
             raise ValueError(f"unsupported attention shape: {Hq} heads of {D}, {Hkv} kv heads")
         self.H, self.I, self.V, self.Hq, self.Hkv, self.D = H, I, V, Hq, Hkv, D
         self.nv = V  # candidate tokens: the first nv logits (limit_vocab); logits rows have nv columns
+        # as a speculative draft: propose among the first propose_vocab token ids only (None: the shared
+        # vocabulary); minitorch/generation/cuda.py limits the LM head to them for the run
+        self.propose_vocab: Optional[int] = None
         self.L = cfg.num_hidden_layers
         self.max_len, self.max_tokens = max_len, max_tokens
         self.eps = float(cfg.rms_norm_eps)

@@ -129,7 +129,8 @@ def _verify(target: Any, draft: Any, g: int) -> None:
         q = draft.probs if draft is not None and sampled else z
         C = target.sample_cluster
         target.k.launch("spec_accept", (C,), (SAMPLE_THREADS,),
-                        (target.probs if sampled else z, i64(target.nv), target.next_ids, q, i64(target.nv),
+                        (target.probs if sampled else z, i64(target.nv), target.next_ids, q,
+                         i64(draft.nv if draft is not None else 1), i32(draft.nv if draft is not None else 0),
                          i32(draft.max_tokens if draft is not None else 1), draft.pos if draft is not None else z,
                          target.tokens[1:], i32(g), i32(target.nv), target.pos, target.tokens,
                          draft.tokens if draft is not None else z, target.spec_out, target.rng if sampled else z),
@@ -147,7 +148,9 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     """Speculative generation with a CudaDecoder target and a CudaDecoder draft or a host drafter
     (NGramDrafter: anything with `propose`). Output follows the target exactly (module docstring).
     vocab_size: candidate tokens are the first vocab_size logits (default: the shared vocabulary, the
-    smaller of the two decoders' logit counts; checkpoints often pad theirs differently)."""
+    smaller of the two decoders' logit counts; checkpoints often pad theirs differently). A draft decoder
+    whose propose_vocab is set proposes among that many first token ids only (its LM head computes that
+    slice; the target still chooses among all of them)."""
     cfg = cfg or SamplingConfig()
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma (draft length) must be an integer >= 1, got {gamma!r}")
@@ -165,8 +168,8 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     stops = set(int(s) for s in (stop_ids or ()))
     vocab = min(target.V, draft.V if draft is not None else target.V, int(vocab_size or target.V))
     target.limit_vocab(vocab)
-    if draft is not None:
-        draft.limit_vocab(vocab)
+    if draft is not None:  # the draft may propose among fewer tokens (its propose_vocab): q = 0 beyond them
+        draft.limit_vocab(min(vocab, int(getattr(draft, "propose_vocab", None) or vocab)))
     cp, stream = target.cp, target.stream
     _set_sampling(target, cfg, 0)
     if draft is not None:
