@@ -10,8 +10,8 @@
 //   phase timer (-DPT_TIMING=1, tools/pt_phases.py) for the next round.
 //
 // Phases of a layer (each block takes a contiguous range of output units, so its slice of every weight
-//   matrix is one contiguous byte range; -DPT_PREFETCH=1 asks the L2 for the next phase's range ahead,
-//   which made the step slower on the H200, so it is off):
+//   matrix is one contiguous byte range; asking the L2 for the next phase's range ahead made the step
+//   slower on the H200, round 7):
 //   qkv:     xn = RMSNorm(resid) * ln1 (every block computes it into shared memory; layer 0 reads the
 //            embedding rows), the QKV product in row pairs (the decoder's rope layout: rows 2i, 2i+1 =
 //            elements i, i + D/2 of a head), + bias, rope at pos + t, q -> qbuf (fp32), k / v -> the bf16
@@ -32,9 +32,10 @@
 //   decides the output).
 // Coherence: blocks exchange activations through global memory between barriers, so every mutable
 //   buffer is read with ld.global.cg (L2, never a stale L1 line); weights through the read-only path.
-// The grid barrier (PT_BAR 2): a monotonic arrival counter bar[0] that every block polls until all blocks
-//   of this barrier have arrived; the last block to leave the kernel resets it (bar[3] counts leavers).
-//   1.0 us a barrier on the H200, against 1.85 us for a counter + generation word (PT_BAR 1). The grid
+// The grid barrier: a monotonic arrival counter bar[0] that every block polls until all blocks of this
+//   barrier have arrived; the last block to leave the kernel resets it (bar[3] counts leavers). 1.0 us a
+//   barrier on the H200, against 1.85 us for a counter + generation word reset by the last arriver
+//   (round 7, call 3). The grid
 //   must be co-resident (launched as a cooperative kernel, one block per multiprocessor). A block that
 //   spins too long sets bar[2] and stops waiting (a broken launch then finishes with wrong numbers instead
 //   of hanging; the host checks bar[2]).
@@ -45,9 +46,6 @@
 
 #define PT_THREADS 512
 #define PT_WARPS (PT_THREADS / 32)
-#ifndef PT_PREFETCH
-#define PT_PREFETCH 0  // 1: prefetch each block's next-phase weights into L2 (off: it made the step slower, H200)
-#endif
 #ifndef PT_FOLD_S
 #define PT_FOLD_S 8  // at most this many attention splits: every block merges them itself (no combine phase)
 #endif
@@ -65,12 +63,6 @@
 #ifndef PT_UNROLL
 #define PT_UNROLL 4  // 16-byte weight chunks a lane has in flight per row
 #endif
-#ifndef PT_PIPE
-#define PT_PIPE 0  // 1: a warp with several units loads the next one's weights before it sums this one
-#endif
-#ifndef PT_BAR
-#define PT_BAR 2  // grid barrier: 2 = monotonic counter (default), 1 = counter + generation word
-#endif
 #ifndef PT_SPIN_LIMIT
 #define PT_SPIN_LIMIT (1u << 24)
 #endif
@@ -85,33 +77,11 @@ __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ void st_release_u32(unsigned* p, unsigned v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
 // Grid-wide barrier (module comment). Every thread of every block calls it; `target` is the block's count of
-// arrivals to wait for (PT_BAR 2: a monotonic counter, no generation word: one atomic and one poll on the
-// critical path; PT_BAR 1: counter + generation, reset by the last arriver).
+// arrivals to wait for (a monotonic counter: one atomic and one poll on the critical path).
 __device__ __forceinline__ void grid_sync(unsigned* bar, unsigned& target) {
   __syncthreads();
   if (threadIdx.x == 0) {
-#if PT_BAR == 1
-    const unsigned g = ld_acquire_u32(bar + 1);
-    __threadfence();
-    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-      atomicExch(bar, 0u);
-      __threadfence();
-      st_release_u32(bar + 1, g + 1);
-    } else if (ld_acquire_u32(bar + 2) == 0u) {
-      unsigned spins = 0;
-      while (ld_acquire_u32(bar + 1) == g) {
-        if (++spins > PT_SPIN_LIMIT) {
-          atomicExch(bar + 2, 1u);
-          break;
-        }
-      }
-    }
-#else
     target += gridDim.x;
     __threadfence();
     atomicAdd(bar, 1u);
@@ -124,39 +94,19 @@ __device__ __forceinline__ void grid_sync(unsigned* bar, unsigned& target) {
         }
       }
     }
-#endif
     __threadfence();
   }
   __syncthreads();
 }
 
-// End of a launch (PT_BAR 2): the last block to leave resets the counter for the next launch (every block has
-// left its last barrier by then).
+// End of a launch: the last block to leave resets the counter for the next launch (every block has left its
+// last barrier by then).
 __device__ __forceinline__ void grid_exit(unsigned* bar) {
-#if PT_BAR != 1
   __syncthreads();
   if (threadIdx.x == 0 && atomicAdd(bar + 3, 1u) == gridDim.x - 1) {
     atomicExch(bar, 0u);
     atomicExch(bar + 3, 0u);
   }
-#endif
-}
-
-// Ask the L2 for bytes [p, p + n) (n a multiple of 16); the whole block calls it, nothing waits for it.
-__device__ __forceinline__ void prefetch_l2(const void* p, i64 n) {
-#if PT_PREFETCH
-  const char* c = (const char*)p;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const i64 piece = 16384;  // one bulk prefetch a 16 KB piece, spread over the threads
-  for (i64 off = (i64)threadIdx.x * piece; off < n; off += (i64)blockDim.x * piece) {
-    const unsigned sz = (unsigned)min(piece, n - off);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c + off), "r"(sz) : "memory");
-  }
-#else
-  for (i64 off = (i64)threadIdx.x * 128; off < n; off += (i64)blockDim.x * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
-#endif
-#endif
 }
 
 // The block's share of U units: [u0, u0 + nu).
@@ -221,61 +171,6 @@ __device__ __forceinline__ void block_units(const bf16_t* __restrict__ W, int K,
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nch = K >> 3;
   int kw, slots, per;  // warps a unit, units a round, chunks a warp
   unit_split(nu, nch, kw, slots, per);
-  if (kw == 1 && nch <= 32 * PT_UNROLL && PT_PIPE) {
-    // a warp a unit, several rounds, a whole row in one batch a lane: the next unit's weights are loaded
-    // before this unit's sums are formed, so the rounds' memory round trips overlap
-    uint4 wn[PT_UNROLL][R];
-    auto load = [&](int ul, uint4 (&wv)[PT_UNROLL][R]) {
-      const bf16_t* w = W + (i64)(u0 + ul) * R * K;
-#pragma unroll
-      for (int u = 0; u < PT_UNROLL; ++u) {
-        const int cc = lane + 32 * u;
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-          wv[u][r] = cc < nch ? __ldg(reinterpret_cast<const uint4*>(w + (i64)r * K) + cc) : make_uint4(0, 0, 0, 0);
-      }
-    };
-    if (warp < nu) load(warp, wn);
-    for (int ul = warp; ul < nu; ul += PT_WARPS) {
-      uint4 wv[PT_UNROLL][R];
-#pragma unroll
-      for (int u = 0; u < PT_UNROLL; ++u)
-#pragma unroll
-        for (int r = 0; r < R; ++r) wv[u][r] = wn[u][r];
-      if (ul + PT_WARPS < nu) load(ul + PT_WARPS, wn);
-      float acc[R][T];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < T; ++t) acc[r][t] = 0.f;
-#pragma unroll
-      for (int u = 0; u < PT_UNROLL; ++u) {
-        const int cc = lane + 32 * u;
-        if (cc < nch) {
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            float f[8];
-            bf16x8_to_f32(wv[u][r], f);
-#pragma unroll
-            for (int t = 0; t < T; ++t) {
-              const float4* xp = reinterpret_cast<const float4*>(xs + (i64)t * K + cc * 8);
-              const float4 a = xp[0], b = xp[1];
-              acc[r][t] = fmaf(f[0], a.x, acc[r][t]); acc[r][t] = fmaf(f[1], a.y, acc[r][t]);
-              acc[r][t] = fmaf(f[2], a.z, acc[r][t]); acc[r][t] = fmaf(f[3], a.w, acc[r][t]);
-              acc[r][t] = fmaf(f[4], b.x, acc[r][t]); acc[r][t] = fmaf(f[5], b.y, acc[r][t]);
-              acc[r][t] = fmaf(f[6], b.z, acc[r][t]); acc[r][t] = fmaf(f[7], b.w, acc[r][t]);
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < T; ++t) acc[r][t] = warp_sum(acc[r][t]);
-      if (lane == 0) epi(u0 + ul, acc);
-    }
-    return;
-  }
   for (int base = 0; base < nu; base += slots) {
     const int slot = warp / kw, part = warp - slot * kw, ul = base + slot;
     float acc[R][T];
@@ -545,9 +440,8 @@ __device__ void persist_body(const unsigned long long* __restrict__ lp, const bf
       __stcg(r, __ldcg(r) + v[0][t]);
     }
   };
-  unsigned bar_target = 0;  // PT_BAR 2: arrivals the next barrier waits for
+  unsigned bar_target = 0;  // arrivals the next barrier waits for
   PT_MARK(0);
-  prefetch_l2(reinterpret_cast<const bf16_t*>(lp[LP_QKV]) + (i64)q0 * 2 * H, (i64)nq * 2 * H * 2);
   for (int l = 0; l < L; ++l) {
     const unsigned long long* P = lp + (i64)l * LP_N;
     const bf16_t* Wqkv = reinterpret_cast<const bf16_t*>(P[LP_QKV]);
@@ -558,8 +452,6 @@ __device__ void persist_body(const unsigned long long* __restrict__ lp, const bf
     bf16_t* kc = reinterpret_cast<bf16_t*>(P[LP_K]);
     bf16_t* vc = reinterpret_cast<bf16_t*>(P[LP_V]);
     // ---- qkv + rope + cache append
-    prefetch_l2(Wo + (i64)o0 * HD, (i64)no * HD * 2);
-    prefetch_l2(Wgu + (i64)g0 * 2 * H, (i64)ng * 2 * H * 2);
     if (!PT_ONLY_BARRIERS)
       load_normed<T>(resid, l == 0 ? embed : nullptr, ids, resid, reinterpret_cast<const bf16_t*>(P[LP_LN1]), H,
                      eps, sm, bsum);
@@ -591,7 +483,6 @@ __device__ void persist_body(const unsigned long long* __restrict__ lp, const bf
     grid_sync(bar, bar_target);
     PT_MARK(1 + 6 * l);
     // ---- attention partials
-    prefetch_l2(Wd + (i64)d0 * I, (i64)nd * I * 2);
     for (int it = PT_ONLY_BARRIERS ? Hkv * S : blockIdx.x; it < Hkv * S; it += gridDim.x)
       attn_item<T>(it / S, it - (it / S) * S, ks, pos, n_ctx, qbuf, kc, vc, ws_m, ws_l, ws_acc, Hq, Hkv, D, max_len,
                    smax, sm);
@@ -629,7 +520,6 @@ __device__ void persist_body(const unsigned long long* __restrict__ lp, const bf
     PT_MARK(5 + 6 * l);
     // ---- down projection into the residual stream
     if (l + 1 < L)
-      prefetch_l2(reinterpret_cast<const bf16_t*>(P[LP_N + LP_QKV]) + (i64)q0 * 2 * H, (i64)nq * 2 * H * 2);
     if (!PT_ONLY_BARRIERS) load_rows(act, T * I, sm);
     block_units<1, T>(Wd, I, d0, PT_ONLY_BARRIERS ? 0 : nd, sm, red, add_resid);
     grid_sync(bar, bar_target);

@@ -79,7 +79,7 @@ tc)  # the tensor-core GEMV (gemv="tc"): build, bits, a deliberately broken buil
   ;;
 pt)  # the persistent draft step (kernels/persistent.cu): build, tests, a broken build, phases, A/B on the coder shapes
   G="-gencode=arch=compute_90,code=sm_90"
-  V=${V:-"broken:-DPT_BROKEN=1 timing:-DPT_TIMING=1 bars:-DPT_TIMING=1+-DPT_ONLY_BARRIERS=1 bars1:-DPT_TIMING=1+-DPT_ONLY_BARRIERS=1+-DPT_BAR=1 bar1:-DPT_BAR=1 pipe:-DPT_PIPE=1"}
+  V=${V:-"broken:-DPT_BROKEN=1 timing:-DPT_TIMING=1 bars:-DPT_TIMING=1+-DPT_ONLY_BARRIERS=1"}
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
   log build
   (./compile_cuda.sh > "$OUT/build_new.log" 2>&1; echo "new rc=$?") &
@@ -97,12 +97,12 @@ pt)  # the persistent draft step (kernels/persistent.cu): build, tests, a broken
   PAT='passed|failed|rc=' run broken 90 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_broken python3 -m pytest -q -m gpu \
       -p no:cacheprovider tests/test_cuda_persistent.py
   PAT='T=|rc=|Error' run phases 60 env PYTHONPATH=. MINITORCH_CUDA_BUILD_DIR=/tmp/v_timing python3 tools/pt_phases.py
-  for b in bars bars1; do [ -d /tmp/v_$b ] && PAT='T=|rc=|Error' run phases_$b 60 env PYTHONPATH=. MINITORCH_CUDA_BUILD_DIR=/tmp/v_$b python3 tools/pt_phases.py; done
+  for b in bars; do [ -d /tmp/v_$b ] && PAT='T=|rc=|Error' run phases_$b 60 env PYTHONPATH=. MINITORCH_CUDA_BUILD_DIR=/tmp/v_$b python3 tools/pt_phases.py; done
   S="--shape qwen2.5-coder-0.5b --max-len 32768 --gemv ours"
   P='decode step|rc=|Error'
   PAT=$P run s_kernels 60 python3 project/bench/throughput.py $S
   PAT=$P run s_pt 60 python3 project/bench/throughput.py $S --persistent on
-  for v in ${VB-bar1 pipe}; do [ -f /tmp/v_$v/persistent.fatbin ] && PAT=$P run s_pt_$v 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_$v python3 project/bench/throughput.py $S --persistent on; done
+  for v in ${VB-}; do [ -f /tmp/v_$v/persistent.fatbin ] && PAT=$P run s_pt_$v 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_$v python3 project/bench/throughput.py $S --persistent on; done
   PAT='cost model|cost ratio|rc=|Error' run spec_pt 90 python3 project/bench/throughput.py --spec --spec-pair coder --gammas 3 4 5 6 --max-len 32768 --gemv tc --persistent draft
   cd "$OUT" && tar czf all_pt.tgz *.log && rm -f s_*.log build_new.log
   ;;
