@@ -39,7 +39,6 @@ from .blas import CUDA_R_16BF, CUDA_R_32F, cublas
 from .launch import (ATT_CLUSTER_MAX, ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, cluster_supported,
                      tensor_cores_supported)
 from .pdl import PdlLauncher
-
 from .runtime import get_cupy, kernels
 
 
@@ -151,12 +150,11 @@ class CudaDecoder:
         splits holding visible keys and stop, and attn_combine merges only those (kernels/attention.cu).
         persistent: steps of 1 or 2 tokens run every layer in ONE cooperative kernel (kernels/persistent.cu:
         a block per multiprocessor, grid-wide barriers between a layer's phases), then the LM head and the
-        token choice as usual. Meant for a small model's latency-bound steps (the draft of a speculative
-        pair); on the H200 not yet faster than the separate kernels (0.5B step 0.959 vs 0.854 ms,
-        docs/GPU_RESULTS.md round 7). Its numbers differ from the other
-        modes' in the last bits (fp32 activations, its own summation order), so it is meant for a draft,
-        whose numbers never reach the output; deterministic run to run. Needs silu="gateup",
-        qkv_rope, a head size that is a multiple of 8 and <= 128, Hq / Hkv <= 8."""
+        token choice as usual. Meant for a speculative draft's latency-bound steps: its numbers differ from
+        the other modes' in the last bits (fp32 activations, its own summation order), and a draft's never
+        reach the output; deterministic run to run. On the H200 not yet faster than the separate kernels
+        (0.5B step 0.959 vs 0.854 ms, docs/GPU_RESULTS.md round 7). Needs silu="gateup", qkv_rope, a head
+        size that is a multiple of 8 and <= 128, Hq / Hkv <= 8."""
         if rows1 not in (2, 4):
             raise ValueError(f"rows1 must be 2 or 4, got {rows1!r}")
         if rows_big not in (4, 8):
