@@ -238,7 +238,7 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
             try:
                 return CudaDecoder(model.config, w, persistent=True, **kw), tok
             except ValueError as e:  # a shape the persistent kernel does not take
-                raise SystemExit(f"--gpu-draft-step persistent: {e}") from e
+                raise UserError(f"--gpu-draft-step persistent: {e}") from None
         return CudaDecoder(model.config, w, **kw), tok
 
     target, tok = decoder(args.target, gemv)

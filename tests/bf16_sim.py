@@ -48,7 +48,8 @@ def forward(cfg: dict, w: dict, ids: list[int], round: Optional[Callable] = None
     hidden states, head (V, H) the LM head, resid (T, H) the final residual stream (before the final norm),
     resid_acc (T, H) the sum of the magnitudes of everything added into each residual element (|embedding| +
     sum over layers of |attn| @ |W_o|^T + |act| @ |W_down|^T): the accumulation a rounding error scales with.
-    only: round just these buffers ("xn", "q", "k", "v", "att", "act", "xn_final"; default all of them):
+    only: round just these buffers ("xn", "q", "kv_pre" (k before rope), "k", "v", "att", "act", "xn_final";
+    default all of them):
     {"k", "v", "xn_final"} is the persistent step (kernels/persistent.cu), which stores only the KV cache and
     the LM head's input in bf16."""
     r0 = round or (lambda x: x)

@@ -169,7 +169,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     vocab = min(target.V, draft.V if draft is not None else target.V, int(vocab_size or target.V))
     target.limit_vocab(vocab)
     if draft is not None:  # the draft may propose among fewer tokens (its propose_vocab): q = 0 beyond them
-        draft.limit_vocab(min(vocab, int(getattr(draft, "propose_vocab", None) or vocab)))
+        draft.limit_vocab(min(vocab, draft.propose_vocab or vocab))
     cp, stream = target.cp, target.stream
     _set_sampling(target, cfg, 0)
     if draft is not None:

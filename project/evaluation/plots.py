@@ -23,6 +23,15 @@ def _title(summary: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
+
+def _finish(fig, summary: Mapping[str, Any], path: Path) -> Path:
+    """The run's title over the figure, saved to path and closed."""
+    fig.suptitle(_title(summary), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
 def plot_throughput_latency(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], path: Path) -> Path:
     """Two panels: tokens/s per problem and latency per problem, a box per mode with the mean marked."""
     modes = sorted(summary["modes"], key=mode_key)
@@ -37,11 +46,7 @@ def plot_throughput_latency(records: Sequence[Mapping[str, Any]], summary: Mappi
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_title("throughput per mode")
     axes[1].set_title("latency per mode")
-    fig.suptitle(_title(summary), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _finish(fig, summary, path)
 
 
 def plot_speedup(summary: Mapping[str, Any], path: Path) -> Path | None:
@@ -75,11 +80,7 @@ def plot_speedup(summary: Mapping[str, Any], path: Path) -> Path | None:
     ax.set_xlabel("predicted speedup (Leviathan et al.)")
     ax.set_ylabel("measured speedup")
     ax.set_title(f"predicted vs measured ({main['fast']}/{main['base']})")
-    fig.suptitle(_title(summary), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _finish(fig, summary, path)
 
 
 def plot_acceptance(summary: Mapping[str, Any], path: Path) -> Path | None:
@@ -109,11 +110,7 @@ def plot_acceptance(summary: Mapping[str, Any], path: Path) -> Path | None:
         ax.set_ylim(0, 1.05)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(_title(summary), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _finish(fig, summary, path)
 
 
 def make_plots(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
