@@ -519,7 +519,6 @@ __device__ void persist_body(const unsigned long long* __restrict__ lp, const bf
     grid_sync(bar, bar_target);
     PT_MARK(5 + 6 * l);
     // ---- down projection into the residual stream
-    if (l + 1 < L)
     if (!PT_ONLY_BARRIERS) load_rows(act, T * I, sm);
     block_units<1, T>(Wd, I, d0, PT_ONLY_BARRIERS ? 0 : nd, sm, red, add_resid);
     grid_sync(bar, bar_target);
