@@ -14,6 +14,14 @@
 //   The first chunk's K/V loads are issued with q and the cache position (they do not depend on it;
 //   keys past the last visible one are zeroed afterwards), and the kernel triggers its dependent
 //   launch at once (PDL), when built with -DATT_EARLY_KV=1 / -DATT_TRIGGER_EARLY=1 (default off).
+// attn_partial_bf16_d64 / _d128: attn_partial_bf16 for the decoder's head sizes and 16-byte aligned K/V
+//   rows, same launch, same bits (attn_partial_fast). A decode step runs attention once a layer on a cold
+//   instruction cache: the generic kernel's 75 KB of unrolled code (now 52 KB) cost ~7 us a launch more on
+//   its first key chunk than on later ones. The compact kernel (~25 KB) also loads the keys cached by earlier
+//   steps and the position before pdl_wait, q with the first chunk, and each next chunk during the current
+//   one. H200, coder pair shapes, 256 cached keys (tools/attn_probe.py, docs/GPU_RESULTS.md round 8), one
+//   call: 0.5B step 0.702 ms against 0.810 with the generic kernel, 1.5B (tensor-core GEMV) 1.492 against
+//   1.608; the original generic kernel gave 0.850 / 1.654 (an earlier call).
 // attn_combine_*: grid (B*Hq*T), blockDim >= D (multiple of 32): merges the splits that hold a key the row
 //   sees (from the position: pos_ptr, q_off, L, KB as attn_partial's) and writes out (each thread one d;
 //   16 splits per round trip to memory, no barriers). Empty splits change no bit of the merge, so the
@@ -32,7 +40,9 @@
 
 #define ATT_RMAX 8
 #define ATT_CH 32
+#ifndef ATT_DMAX
 #define ATT_DMAX 256
+#endif
 #define ATT_THREADS 128
 #define ATT_CG 16  // splits the combine kernel loads at once
 
@@ -69,28 +79,75 @@ __device__ __forceinline__ float tile_dot(const float* q, const bf16_t* k, int D
   return s;
 }
 
-#define ATT_VMAX 8  // 16-byte chunks per thread per tile held in registers (vector path)
+// Two query rows against one bf16 key row: each sum is tile_dot's, operation for operation (same bits).
+__device__ __forceinline__ void tile_dot2(const float* qa, const float* qb, const bf16_t* k, int D, float& sa,
+                                          float& sb) {
+  sa = 0.f;
+  sb = 0.f;
+#pragma unroll 2
+  for (int d = 0; d < D; d += 8) {
+    uint4 kv = *reinterpret_cast<const uint4*>(k + d);
+    const unsigned int w[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float lo = __uint_as_float(w[i] << 16), hi = __uint_as_float(w[i] & 0xffff0000u);
+      sa = fmaf(qa[d + 2 * i], lo, sa);
+      sb = fmaf(qb[d + 2 * i], lo, sb);
+      sa = fmaf(qa[d + 2 * i + 1], hi, sa);
+      sb = fmaf(qb[d + 2 * i + 1], hi, sb);
+    }
+  }
+}
+
+#ifndef ATT_VMAX
+#define ATT_VMAX 8
+#endif
+//  // 16-byte chunks per thread per tile held in registers (vector path)
 // Off by default: with both on, the 1.5B decode step was 2% slower on the H200 (kernels/NOTES.md, round 3)
 #ifndef ATT_EARLY_KV
 #define ATT_EARLY_KV 0  // issue the first chunk's K/V loads with q and the cache position (one round trip)
 #endif
+#ifndef ATT_STOP
+#define ATT_STOP 0  // diagnostics only (tools/attn_probe.py; wrong numbers): 1 = attn_partial returns after its
+                    // pdl_wait, 2 = after loading q and the position, 3 = attn_combine returns after its pdl_wait
+#endif
+#ifndef ATT_FAST_BROKEN
+#define ATT_FAST_BROKEN 0  // tests only: attn_partial_bf16_d64/_d128 drop the last key of every chunk
+#endif
 #ifndef ATT_TRIGGER_EARLY
 #define ATT_TRIGGER_EARLY 0  // attn_partial lets attn_combine (and through it the O projection) launch at once
 #endif
+
+// Code size matters here: a step runs each attention kernel once a layer on cold instruction caches, and
+// the first version (75 KB of unrolled code, an integer division in every unrolled element) cost ~7 us a
+// launch more on its first key chunk than on the next (H200, round 8: tools/attn_probe.py). So the hot
+// loops below step their indices instead of dividing, and only what must live in registers is unrolled.
+
+// (row, column) of element tid + u * ATT_THREADS of a rows x W array, stepped from u to u + 1 without a
+// division (W > 0; one division when constructed).
+struct RowCol {
+  int r, c, rs, cs;
+  __device__ __forceinline__ explicit RowCol(int W)
+      : r((int)threadIdx.x / W), c((int)threadIdx.x % W), rs(ATT_THREADS / W), cs(ATT_THREADS % W) {}
+  __device__ __forceinline__ void next(int W) {
+    r += rs;
+    c += cs;
+    if (c >= W) { c -= W; ++r; }
+  }
+};
 
 // Vector path: the 16-byte chunks of keys c0 .. c0 + nk - 1 that this thread loads (chunk e = tid +
 // u * ATT_THREADS -> key j = e / cpr, piece c = e % cpr), all issued before any is used; zeros past nk.
 __device__ __forceinline__ void load_kv_chunk(uint4 (&kreg)[ATT_VMAX], uint4 (&vreg)[ATT_VMAX], const void* kbase,
                                               const void* vbase, i64 kslb, i64 vslb, int c0, int nk, int cpr,
                                               int per) {
-  const int tid = threadIdx.x;
+  RowCol e(cpr);
 #pragma unroll
-  for (int u = 0; u < ATT_VMAX; ++u) {
-    int e = tid + u * ATT_THREADS, j = e / cpr, c = e - j * cpr;
-    bool ok = u < per && j < nk;
-    kreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(kbase) + (c0 + j) * kslb) + c)
+  for (int u = 0; u < ATT_VMAX; ++u, e.next(cpr)) {
+    bool ok = u < per && e.r < nk;
+    kreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(kbase) + (c0 + e.r) * kslb) + e.c)
                  : make_uint4(0, 0, 0, 0);
-    vreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(vbase) + (c0 + j) * vslb) + c)
+    vreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(vbase) + (c0 + e.r) * vslb) + e.c)
                  : make_uint4(0, 0, 0, 0);
   }
 }
@@ -102,11 +159,10 @@ __device__ __forceinline__ void fill_tile(unsigned char* tile, int rowb, bool ve
                                           int per, int cpr, const T* base, i64 sl, int c0, int nk, int D) {
   const int tid = threadIdx.x;
   if (vec) {
+    RowCol e(cpr);
 #pragma unroll
-    for (int u = 0; u < ATT_VMAX; ++u) {
-      int e = tid + u * ATT_THREADS, j = e / cpr, c = e - j * cpr;
-      if (u < per && j < ATT_CH) *reinterpret_cast<uint4*>(tile + j * rowb + c * 16) = reg[u];
-    }
+    for (int u = 0; u < ATT_VMAX; ++u, e.next(cpr))
+      if (u < per && e.r < ATT_CH) *reinterpret_cast<uint4*>(tile + e.r * rowb + e.c * 16) = reg[u];
   } else {
     for (int i = tid; i < ATT_CH * D; i += ATT_THREADS) {
       int j = i / D, d = i - j * D;
@@ -214,16 +270,20 @@ __device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* w
   const int r0 = blockIdx.z * ATT_RMAX;
   const int nrows = min(ATT_RMAX, R - r0);
   // query rows -> registers first (fp32, pre-scaled): these loads do not depend on the cache position,
-  // so they are in flight together with the position's load below
+  // so they are in flight together with the position's load below (row offsets from a table: no division
+  // in the unrolled loop)
+  __shared__ i64 s_qoff[ATT_RMAX];
+  if (tid < nrows) {
+    const int rr = r0 + tid;
+    s_qoff[tid] = b * qsb + (kvh * G + rr / Tq) * qsh + (rr % Tq) * qst;
+  }
+  __syncthreads();
   float qv[ATT_RMAX * ATT_DMAX / ATT_THREADS];
+  {
+    RowCol e(D);
 #pragma unroll
-  for (int u = 0; u < ATT_RMAX * ATT_DMAX / ATT_THREADS; ++u) {
-    int i = tid + u * ATT_THREADS, r = i / D, d = i - r * D;
-    qv[u] = 0.f;
-    if (r < nrows) {
-      int rr = r0 + r, h = kvh * G + rr / Tq, t = rr % Tq;
-      qv[u] = to_f(q[b * qsb + h * qsh + t * qst + d]) * scale;
-    }
+    for (int u = 0; u < ATT_RMAX * ATT_DMAX / ATT_THREADS; ++u, e.next(D))
+      qv[u] = e.r < nrows ? to_f(q[s_qoff[e.r] + e.c]) * scale : 0.f;
   }
   const int rowb = D * (int)sizeof(T) + 16;  // tile row stride in bytes: 16-byte aligned, bank-skewed
   const int kstart = split * KB;
@@ -245,11 +305,13 @@ __device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* w
   for (int r = 0; r < nrows; ++r) kmax = max(kmax, min(q_start + ((r0 + r) % Tq), L - 1) + 1);
   const int kend = min(kstart + KB, kmax);
   if (!CLUSTER && kstart >= kmax) return false;  // uniform over the block: before any barrier
+  if (ATT_STOP == 2) return false;
 
+  {
+    RowCol e(D);
 #pragma unroll
-  for (int u = 0; u < ATT_RMAX * ATT_DMAX / ATT_THREADS; ++u) {  // query rows -> shared
-    int i = tid + u * ATT_THREADS, r = i / D, d = i - r * D;
-    if (r < ATT_RMAX) qs[r * ATT_DMAX + d] = qv[u];
+    for (int u = 0; u < ATT_RMAX * ATT_DMAX / ATT_THREADS; ++u, e.next(D))  // query rows -> shared
+      if (e.r < ATT_RMAX) qs[e.r * ATT_DMAX + e.c] = qv[u];
   }
   if (tid < ATT_RMAX) { s_m[tid] = -MT_INF; s_l[tid] = 0.f; }
   float acc[ATT_RMAX][2];
@@ -301,16 +363,14 @@ __device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* w
     for (int k = 0; k < 2; ++k) {
       int d = tid + k * ATT_THREADS;
       if (d < D) {
-        float vcol[ATT_CH];
 #pragma unroll
-        for (int j = 0; j < ATT_CH; ++j) vcol[j] = to_f(reinterpret_cast<const T*>(tile_raw + j * rowb)[d]);
+        for (int r = 0; r < ATT_RMAX; ++r) acc[r][k] *= s_alpha[r];
+        const T* vcol = reinterpret_cast<const T*>(tile_raw) + d;
+#pragma unroll 4
+        for (int j = 0; j < ATT_CH; ++j) {  // every row's sum runs over the keys in order
+          const float v = to_f(vcol[j * (rowb / (int)sizeof(T))]);
 #pragma unroll
-        for (int r = 0; r < ATT_RMAX; ++r) {
-          float a = acc[r][k] * s_alpha[r];
-          const float* pr = sc + r * ATT_CH;
-#pragma unroll
-          for (int j = 0; j < ATT_CH; ++j) a = fmaf(pr[j], vcol[j], a);  // p = 0 past nk
-          acc[r][k] = a;
+          for (int r = 0; r < ATT_RMAX; ++r) acc[r][k] = fmaf(sc[r * ATT_CH + j], v, acc[r][k]);  // p = 0 past nk
         }
       }
     }
@@ -335,6 +395,156 @@ __device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* w
         }
       }
     }
+  }
+  return true;
+}
+
+// attn_partial_bf16_d64 / _d128: attn_partial_bf16 for head size DH in {64, 128} with 16-byte aligned K/V
+// rows (the decoder's caches), in a fraction of the code: compile-time sizes, no scalar fallback, no index
+// divisions in the loops, the key loop of P.V rolled. The arithmetic is attn_partial_body's, operation for
+// operation (the same tile_dot, softmax and P.V order), so it writes the same bits (tests/test_cuda_attention.py).
+template <int DH>
+__device__ bool attn_partial_fast(const bf16_t* q, const bf16_t* kc, const bf16_t* vc, float* ws_m, float* ws_l,
+                                  float* ws_acc, const int* pos_ptr, int q_off, i64 qsb, i64 qsh, i64 qst, i64 ksb,
+                                  i64 ksh, i64 ksl, i64 vsb, i64 vsh, i64 vsl, int Hq, int Hkv, int Tq, int L,
+                                  int KB, float scale, int split, int nsplit, bool& waited) {
+  constexpr int CPR = DH * 2 / 16;                 // 16-byte pieces per K/V row
+  constexpr int PER = ATT_CH * CPR / ATT_THREADS;  // pieces per thread per tile
+  constexpr int ROWB = DH * 2 + 16;                // tile row stride (bytes): 16-byte aligned, bank-skewed
+  static_assert(DH <= ATT_THREADS && PER >= 1, "one output column per thread");
+  __shared__ __align__(16) float qs[ATT_RMAX * DH];
+  __shared__ __align__(16) unsigned char tile[ATT_CH * ROWB];
+  __shared__ float sc[ATT_RMAX * ATT_CH];
+  __shared__ float s_alpha[ATT_RMAX], s_m[ATT_RMAX], s_l[ATT_RMAX];
+  __shared__ i64 s_qoff[ATT_RMAX], s_row[ATT_RMAX];
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+  const int b = blockIdx.y / Hkv, kvh = blockIdx.y % Hkv;
+  const int G = Hq / Hkv;
+  const int r0 = blockIdx.z * ATT_RMAX;
+  const int nrows = min(ATT_RMAX, G * Tq - r0);
+  if (tid < nrows) {  // row r: query head kvh * G + (r0 + r) / Tq, token (r0 + r) % Tq
+    const int rr = r0 + tid, h = kvh * G + rr / Tq, t = rr % Tq;
+    s_qoff[tid] = b * qsb + h * qsh + t * qst;
+    s_row[tid] = ((i64)b * Hq + h) * Tq + t;
+  }
+  const int q_start = (pos_ptr ? *pos_ptr : 0) + q_off;
+  // one past the last key any row of this block sees: its latest token's (t = (r0 + r) % Tq, largest at
+  // the end of the rows or at Tq - 1 when they wrap)
+  const int t0 = r0 % Tq, tmax = (nrows >= Tq || t0 + nrows > Tq) ? Tq - 1 : t0 + nrows - 1;
+  const int kmax = min(q_start + tmax, L - 1) + 1;
+  const int kstart = split * KB, kend = min(kstart + KB, kmax);
+  if (kstart >= kmax) return false;  // uniform over the block: before any barrier
+  const unsigned char* kb = reinterpret_cast<const unsigned char*>(kc + b * ksb + kvh * ksh);
+  const unsigned char* vb = reinterpret_cast<const unsigned char*>(vc + b * vsb + kvh * vsh);
+  const i64 kslb = ksl * 2, vslb = vsl * 2;
+  // the chunk starting at key c0 -> registers (piece e = tid + u * ATT_THREADS: key e / CPR, piece e % CPR;
+  // zeros past kend): issued a chunk ahead, so its round trip overlaps the work on the one before
+  uint4 kreg[PER], vreg[PER];
+  auto load_chunk = [&](int c0, int lo, int hi) {  // keys c0 + j in [lo, hi) are loaded, the rest zeroed
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+      const int e = tid + u * ATT_THREADS, j = e / CPR, c = e % CPR;
+      const bool ok = c0 + j >= lo && c0 + j < hi;
+      kreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(kb + (c0 + j) * kslb) + c) : make_uint4(0, 0, 0, 0);
+      vreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(vb + (c0 + j) * vslb) + c) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto store_chunk = [&](const uint4 (&reg)[PER]) {
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+      const int e = tid + u * ATT_THREADS;
+      *reinterpret_cast<uint4*>(tile + (e / CPR) * ROWB + (e % CPR) * 16) = reg[u];
+    }
+  };
+  __syncthreads();  // s_qoff
+  // The keys before q_start were cached by earlier steps: on the first split they are loaded before
+  // pdl_wait, while the QKV GEMV that writes this step's keys, values and queries finishes.
+  const int pre = waited ? kstart : min(kend, q_start);
+  load_chunk(kstart, kstart, pre);
+  if (!waited) {
+    pdl_wait();
+    waited = true;
+  }
+  float qv[ATT_RMAX * DH / ATT_THREADS];  // query rows (fp32, pre-scaled), loaded with the first chunk
+#pragma unroll
+  for (int u = 0; u < ATT_RMAX * DH / ATT_THREADS; ++u) {
+    const int r = tid / DH + u * (ATT_THREADS / DH);
+    qv[u] = r < nrows ? to_f(q[s_qoff[r] + tid % DH]) * scale : 0.f;
+  }
+  if (pre < kend) {  // this step's keys (and, after the first split, every key): after the wait
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+      const int e = tid + u * ATT_THREADS, j = e / CPR, c = e % CPR;
+      if (kstart + j >= pre && kstart + j < kend) {
+        kreg[u] = __ldg(reinterpret_cast<const uint4*>(kb + (kstart + j) * kslb) + c);
+        vreg[u] = __ldg(reinterpret_cast<const uint4*>(vb + (kstart + j) * vslb) + c);
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < ATT_RMAX * DH / ATT_THREADS; ++u) qs[(tid / DH + u * (ATT_THREADS / DH)) * DH + tid % DH] = qv[u];
+  if (tid < ATT_RMAX) { s_m[tid] = -MT_INF; s_l[tid] = 0.f; }
+  float acc[ATT_RMAX];
+#pragma unroll
+  for (int r = 0; r < ATT_RMAX; ++r) acc[r] = 0.f;
+  // scores: thread tid takes key j = tid % 32 for rows ra = tid / 32 and ra + 4 (one read of the key row)
+  static_assert(ATT_RMAX * ATT_CH == 2 * ATT_THREADS, "two scores a thread");
+  const int sj = tid % ATT_CH, ra = tid / ATT_CH, rb = ra + ATT_THREADS / ATT_CH;
+  const int ta = q_start + (r0 + ra) % Tq, tb = q_start + (r0 + rb) % Tq;
+
+  for (int c0 = kstart; c0 < kend; c0 += ATT_CH) {
+    const int nk = min(ATT_CH, kend - c0);
+    store_chunk(kreg);
+    __syncthreads();
+    {
+      float sa, sb;
+      tile_dot2(qs + ra * DH, qs + rb * DH, reinterpret_cast<const bf16_t*>(tile + sj * ROWB), DH, sa, sb);
+      const bool kj = sj < nk - ATT_FAST_BROKEN;
+      sc[ra * ATT_CH + sj] = (ra < nrows && kj && c0 + sj <= ta) ? sa : -MT_INF;
+      sc[rb * ATT_CH + sj] = (rb < nrows && kj && c0 + sj <= tb) ? sb : -MT_INF;
+    }
+    __syncthreads();
+    store_chunk(vreg);  // V into the tile (K no longer needed) while the warps update the softmax
+    if (c0 + ATT_CH < kend) load_chunk(c0 + ATT_CH, c0 + ATT_CH, kend);
+    for (int r = wid; r < ATT_RMAX; r += ATT_THREADS / 32) {
+      float v = sc[r * ATT_CH + lane];
+      float mx = warp_max(v);
+      float m_old = s_m[r];
+      float m_new = fmaxf(m_old, mx);
+      float pv = (m_new == -MT_INF) ? 0.f : __expf(v - m_new);
+      float sum = warp_sum(pv);
+      sc[r * ATT_CH + lane] = pv;
+      __syncwarp();
+      if (lane == 0) {
+        float alpha = (m_old == -MT_INF) ? 0.f : __expf(m_old - m_new);
+        s_alpha[r] = alpha;
+        s_l[r] = s_l[r] * alpha + sum;
+        s_m[r] = m_new;
+      }
+    }
+    __syncthreads();
+    if (tid < DH) {
+#pragma unroll
+      for (int r = 0; r < ATT_RMAX; ++r) acc[r] *= s_alpha[r];
+      const bf16_t* vcol = reinterpret_cast<const bf16_t*>(tile) + tid;
+#pragma unroll 4
+      for (int j = 0; j < ATT_CH; ++j) {  // every row's sum runs over the keys in order
+        const float v = to_f(vcol[j * (ROWB / 2)]);
+#pragma unroll
+        for (int r = 0; r < ATT_RMAX; ++r) acc[r] = fmaf(sc[r * ATT_CH + j], v, acc[r]);  // p = 0 past nk
+      }
+    }
+    __syncthreads();
+  }
+  if (tid < DH) {  // the accumulators through shared memory (q is no longer needed): a rolled write loop
+#pragma unroll
+    for (int r = 0; r < ATT_RMAX; ++r) qs[r * DH + tid] = acc[r];
+  }
+  __syncthreads();
+  for (int r = 0; r < nrows; ++r) {
+    const i64 w = s_row[r] * nsplit + split;
+    if (tid == 0) { ws_m[w] = s_m[r]; ws_l[w] = s_l[r]; }
+    if (tid < DH) ws_acc[w * DH + tid] = qs[r * DH + tid];
   }
   return true;
 }
@@ -373,12 +583,13 @@ extern "C" {
       int Hkv, int Tq, int D, int L, int KB, float scale, int nsplit) {                                    \
     if (ATT_TRIGGER_EARLY) pdl_trigger(); /* attn_combine may launch and wait in its own pdl_wait */     \
     pdl_wait();                                                                                           \
+    if (ATT_STOP == 1) return;                                                                            \
     for (int split = blockIdx.x; split < nsplit; split += gridDim.x) {                                   \
-      if (split != (int)blockIdx.x) __syncthreads(); /* shared state of the previous split is read */     \
       if (!attn_partial_body<T, false>(q, kc, vc, ws_m, ws_l, ws_acc, pos_ptr, q_off, qsb, qsh, qst, ksb,  \
                                        ksh, ksl, vsb, vsh, vsl, Hq, Hkv, Tq, D, L, KB, scale, (T*)0, 0, 0, \
                                        0, split, nsplit))                                                 \
         break; /* past every visible key: so is every later split */                                      \
+      __syncthreads(); /* the next split rewrites shared state this one read (one body in the code) */    \
     }                                                                                                     \
   }                                                                                                       \
   __global__ void attn_combine_##sfx(const float* ws_m, const float* ws_l, const float* ws_acc, T* out,    \
@@ -386,6 +597,7 @@ extern "C" {
                                      const int* pos_ptr, int q_off, int L, int KB) {                       \
     pdl_trigger(); /* the O projection may start streaming its weights */                                 \
     pdl_wait();                                                                                           \
+    if (ATT_STOP == 3) return;                                                                            \
     attn_combine_body<T>(ws_m, ws_l, ws_acc, out, osb, osh, ost, Hq, Tq, D, nsplit, pos_ptr, q_off, L, KB); \
   }                                                                                                       \
   __global__ void __launch_bounds__(ATT_THREADS) attn_cluster_##sfx(                                      \
@@ -399,4 +611,22 @@ extern "C" {
   }
 ATT_INST(f32, float)
 ATT_INST(bf16, bf16_t)
+#define ATT_FAST_INST(DH)                                                                                 \
+  __global__ void __launch_bounds__(ATT_THREADS) attn_partial_bf16_d##DH(                                 \
+      const bf16_t* q, const bf16_t* kc, const bf16_t* vc, float* ws_m, float* ws_l, float* ws_acc,       \
+      const int* pos_ptr, int q_off, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 ksl, i64 vsb, i64 vsh, \
+      i64 vsl, int Hq, int Hkv, int Tq, int D, int L, int KB, float scale, int nsplit) {                  \
+    /* pdl_wait inside, after the position and the earlier steps' keys are loaded: the kernel before */  \
+    /* (the QKV GEMV) writes neither, and it starts this one only after its own wait, so every writer */ \
+    /* of the position (set_pos, decode_advance, spec_accept: earlier launches) has finished */          \
+    bool waited = false;                                                                                  \
+    for (int split = blockIdx.x; split < nsplit; split += gridDim.x) {                                   \
+      if (!attn_partial_fast<DH>(q, kc, vc, ws_m, ws_l, ws_acc, pos_ptr, q_off, qsb, qsh, qst, ksb, ksh,  \
+                                 ksl, vsb, vsh, vsl, Hq, Hkv, Tq, L, KB, scale, split, nsplit, waited))   \
+        break;                                                                                            \
+      __syncthreads();                                                                                    \
+    }                                                                                                     \
+  }
+ATT_FAST_INST(64)
+ATT_FAST_INST(128)
 }

@@ -103,6 +103,41 @@ def test_attention_cluster_equals_split_bitwise(case, dtype):
     np.testing.assert_allclose(down(out), want, **t)
 
 
+FAST_CASES = [c for c in CASES if c[4] in (64, 128)] + [
+    (1, 14, 2, 16, 64, 290, 306),    # 0.5B-shaped 16-token verify: two row groups
+    (1, 12, 2, 9, 128, 4990, 5000),  # 1.5B-shaped, more splits than a block takes at once
+]
+
+
+@pytest.mark.parametrize("kb", [32, 96])
+@pytest.mark.parametrize("case", FAST_CASES, ids=[str(c) for c in FAST_CASES])
+def test_attention_fast_kernel_equals_generic_bitwise(case, kb):
+    """attn_partial_bf16_d64 / _d128 (compact code for the decoder's head sizes) write bit for bit what the
+    generic attn_partial_bf16 writes (several chunks a split with kb 96), and match float64."""
+    from minitorch.cuda.launch import View, attention, attn_partial_kernel, empty, ptr
+
+    B, Hq, Hkv, T, D, q_start, L = case
+    r = np.random.default_rng(hash(case) % 2**32 + 2)
+    q = r.standard_normal((B, Hq, T, D)).astype(np.float32)
+    max_len = L + 8  # a multiple of 8 more than L: rows stay 16-byte aligned; keys past L are never seen
+    kbig = r.standard_normal((B, Hkv, max_len, D)).astype(np.float32)
+    vbig = r.standard_normal((B, Hkv, max_len, D)).astype(np.float32)
+    kb_, vb_ = up(kbig, "bfloat16"), up(vbig, "bfloat16")
+    kv = View(kb_.storage, (B, Hkv, L, D), kb_.strides, "bfloat16")
+    vv = View(vb_.storage, (B, Hkv, L, D), vb_.strides, "bfloat16")
+    assert attn_partial_kernel("bf16", D, kv.strides, vv.strides, ptr(kv), ptr(vv)) == f"attn_partial_bf16_d{D}"
+    outs = []
+    for fast in (False, True):
+        out = empty((B, Hq, T, D), "bfloat16")
+        out.storage[...] = 0x7FC0  # poisoned: every element must be written
+        attention(up(q, "bfloat16"), kv, vv, out, D ** -0.5, q_start, kb=kb, fast=fast)
+        outs.append(out.storage.get())
+    np.testing.assert_array_equal(outs[1], outs[0])
+    want = attn_ref(ref_in(q, "bfloat16"), ref_in(kbig[:, :, :L], "bfloat16"), ref_in(vbig[:, :, :L], "bfloat16"),
+                    D ** -0.5, q_start)
+    np.testing.assert_allclose(down(out), want, **tol("bfloat16"))
+
+
 def test_attention_rejects_short_cache():
     from minitorch.cuda.launch import attention, empty
 

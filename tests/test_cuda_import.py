@@ -40,3 +40,27 @@ def test_every_source_documents_its_launch_layout() -> None:
     for path in SRC_DIR.glob("*.cu"):
         head = path.read_text()[:1500].lower()
         assert head.startswith("//") and ("launch" in head), path.name
+
+
+def test_attention_kernel_choice() -> None:
+    """The compact attn_partial_bf16_d64 / _d128 only where their assumptions hold (bf16, that head size,
+    16-byte aligned K/V rows), the generic kernel elsewhere; every name chosen exists and is PDL-launched."""
+    import re
+
+    from minitorch.cuda.launch import ATT_FAST_HEADS, attn_partial_kernel
+    from minitorch.cuda.pdl import PDL_KERNELS
+
+    def kv(D: int, row: int) -> tuple:  # (Hkv, max_len, D) strides with `row` elements a row
+        return (1000 * row, row, 1)
+
+    assert attn_partial_kernel("bf16", 64, kv(64, 64), kv(64, 64), 0, 256) == "attn_partial_bf16_d64"
+    assert attn_partial_kernel("bf16", 128, kv(128, 128), kv(128, 128), 512, 0) == "attn_partial_bf16_d128"
+    assert attn_partial_kernel("bf16", 128, kv(128, 128), kv(128, 128), 0, 0, fast=False) == "attn_partial_bf16"
+    assert attn_partial_kernel("bf16", 80, kv(80, 80), kv(80, 80), 0, 0) == "attn_partial_bf16"  # other head size
+    assert attn_partial_kernel("f32", 64, kv(64, 64), kv(64, 64), 0, 0) == "attn_partial_f32"
+    assert attn_partial_kernel("bf16", 64, kv(64, 68), kv(64, 64), 0, 0) == "attn_partial_bf16"  # rows not 16 B
+    assert attn_partial_kernel("bf16", 64, kv(64, 64), kv(64, 64), 0, 8) == "attn_partial_bf16"  # unaligned base
+    src = (SRC_DIR / "attention.cu").read_text()
+    for D in ATT_FAST_HEADS:
+        assert re.search(rf"^ATT_FAST_INST\({D}\)$", src, re.M), D
+        assert f"attn_partial_bf16_d{D}" in PDL_KERNELS

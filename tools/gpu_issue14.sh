@@ -106,6 +106,39 @@ pt)  # the persistent draft step (kernels/persistent.cu): build, tests, a broken
   PAT='cost model|cost ratio|rc=|Error' run spec_pt 90 python3 project/bench/throughput.py --spec --spec-pair coder --gammas 3 4 5 6 --max-len 32768 --gemv tc --persistent draft
   cd "$OUT" && tar czf all_pt.tgz *.log && rm -f s_*.log build_new.log
   ;;
+probe)  # build, the persistent tests, then tools/overlap_probe.py (two streams; each draft kernel's cost in its graph)
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  [ -f minitorch/cuda_kernels/persistent.fatbin ] || { log build; ./compile_cuda.sh > "$OUT/build_new.log" 2>&1; echo "new rc=$?"; }
+  PAT='passed|failed|rc=|Error|assert' TAILN=20 run tests_pt 200 python3 -m pytest -q -m gpu -p no:cacheprovider \
+      tests/test_cuda_persistent.py tests/test_cuda_sampling.py -k "persistent or top_k_1 or seeds or vocab"
+  PAT='.' TAILN=40 run probe_overlap 150 env PYTHONPATH=. python3 tools/overlap_probe.py overlap
+  PAT='.' TAILN=60 run probe_marginal 150 env PYTHONPATH=. python3 tools/overlap_probe.py marginal
+  ;;
+fast)  # the compact attention kernel (attn_partial_bf16_d64/_d128): tests, a broken build, A/B against the generic one
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  [ -f minitorch/cuda_kernels/attention.fatbin ] || { log build; ./compile_cuda.sh > "$OUT/build_new.log" 2>&1; echo "new rc=$?"; }
+  if [ -n "${ALLTESTS:-}" ]; then  # the whole GPU suite
+    PAT='passed|failed|rc=|Error' TAILN=30 run tests_all 330 python3 -m pytest -q -m gpu -p no:cacheprovider
+  else
+    PAT='passed|failed|rc=|Error|assert' TAILN=20 run tests_fast 240 python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/test_cuda_attention.py tests/test_cuda_long_cache.py tests/test_cuda_pdl.py tests/test_cuda_persistent.py \
+        tests/test_cuda_model.py -k "attention or long_cache or pdl or persistent or exact or greedy_speculative or matches_cpu"
+  fi
+  if [ -d .probe/broken ]; then
+    for f in minitorch/cuda_kernels/*.fatbin; do [ "$(basename $f)" = attention.fatbin ] || cp $f .probe/broken/; done
+    PAT='passed|failed|rc=' run broken 60 env MINITORCH_CUDA_BUILD_DIR=.probe/broken python3 -m pytest -q -m gpu \
+        -p no:cacheprovider tests/test_cuda_attention.py -k fast
+  fi
+  P="python3 tools/attn_probe.py"
+  if [ -d .probe/prev ]; then  # the previous attention build, for a same-call A/B
+    for f in minitorch/cuda_kernels/*.fatbin; do [ "$(basename $f)" = attention.fatbin ] || cp $f .probe/prev/; done
+    PAT='ctx|rc=|Error' run probe_prev 150 bash -c "PYTHONPATH=. $P new; PYTHONPATH=. MINITORCH_CUDA_BUILD_DIR=.probe/prev $P prev; PYTHONPATH=. $P new_kb64 --kb 64; PYTHONPATH=. $P new_kb64_1024 --kb 64 --ctx 1024; PYTHONPATH=. $P new_1024 --ctx 1024; PYTHONPATH=. MINITORCH_CUDA_BUILD_DIR=.probe/prev $P prev_again; PYTHONPATH=. $P new_again"
+  else
+    PAT='ctx|rc=|Error' run probe_fast 120 bash -c "PYTHONPATH=. $P fast; PYTHONPATH=. $P generic --generic; PYTHONPATH=. $P fast_1024 --ctx 1024; PYTHONPATH=. $P generic_1024 --ctx 1024 --generic; PYTHONPATH=. $P fast_again"
+  fi
+  PAT='cost model|decode step|rc=|Error' run spec_tc 90 python3 project/bench/throughput.py --spec --spec-pair coder --gammas 3 4 5 6 --max-len 32768 --gemv tc
+  PAT='decode step|tokens/sec|rc=|Error' run target_ours 60 python3 project/bench/throughput.py --shape qwen2.5-coder-1.5b --max-len 32768 --gemv ours
+  ;;
 realtc)  # after `.stage/assemble.sh join`: the tensor-core exact mode (default) against gemv "ours", real pair
   export MINITORCH_SPEC_CACHE=/root/cache
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -115,13 +148,13 @@ realtc)  # after `.stage/assemble.sh join`: the tensor-core exact mode (default)
   B="--limit 20 --backend cuda --no-plots --no-progress"
   PB='tokens/sec|decode step|rc=|Error|error'
   PG='speedup|accuracy|alpha|tok/s|tokens/s|identical|same|rc=|Error|error'
-  PAT=$PB run bench_target_ours 70 python3 project/bench/throughput.py --model $T --engine --max-len 32768 --gemv ours
   PAT=$PG TAILN=25 run gsm8k_tc 130 python3 project/benchmark_gsm8k.py $B -o $OUT/gsm8k_tc.jsonl
   PAT=$PG TAILN=25 run gsm8k_ours 130 python3 project/benchmark_gsm8k.py $B --gpu-gemv ours -o $OUT/gsm8k_ours.jsonl
   PAT=$PG TAILN=25 run math500_tc 140 python3 project/benchmark_limo.py --dataset math500 $B -o $OUT/math500_tc.jsonl
   PAT=$PG TAILN=25 run gsm8k_t06_tc 130 python3 project/benchmark_gsm8k.py $B --temperature 0.6 --top-p 0.95 -o $OUT/gsm8k_t06_tc.jsonl
-  PAT=$PB run bench_target_tc 70 python3 project/bench/throughput.py --model $T --engine --max-len 32768 --gemv tc
-  cd "$OUT" && tar czf real_tc.tgz *.log *.jsonl 2>/dev/null; rm -f *.jsonl
+  PAT=$PB run bench_target_ours 70 python3 project/bench/throughput.py --model $T --engine --max-len 32768 --gemv ours
+  PAT='.' TAILN=12 run demo 60 python3 project/run_spec_decoding.py --backend cuda
+  cd "$OUT" && tar czf real_tc.tgz *.log *.jsonl *.json 2>/dev/null; rm -f *.jsonl *.log *.json
   ;;
 real)  # after `.stage/assemble.sh join`; the wheels (gguf, math-verify) carried in .whl
   export MINITORCH_SPEC_CACHE=/root/cache

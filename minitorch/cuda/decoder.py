@@ -36,8 +36,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .blas import CUDA_R_16BF, CUDA_R_32F, cublas
-from .launch import (ATT_CLUSTER_MAX, ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, cluster_supported,
-                     tensor_cores_supported)
+from .launch import (ATT_CLUSTER_MAX, ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, attn_partial_kernel,
+                     cluster_supported, tensor_cores_supported)
 from .pdl import PdlLauncher
 from .runtime import get_cupy, kernels
 
@@ -255,6 +255,8 @@ class CudaDecoder:
             raise ValueError(f"attn='cluster' needs compute capability >= 9.0 and at most {ATT_CLUSTER_MAX} "
                              f"attention splits ({self.nsplit} for max_len {max_len}); use 'auto' or 'split'")
         self.attn = "cluster" if attn == "cluster" or (attn == "auto" and fits) else "split"
+        kv = (max_len * D, D, 1)  # the caches: (Hkv, max_len, D) bf16, fresh (aligned) allocations
+        self.attn_partial = attn_partial_kernel("bf16", D, kv, kv, 0, 0)
         ws_rows = Hq * max(min(T, ATT_STEP_ROWS) * self.nsplit, T * self.nsplit_big)
         self.ws_m = cp.zeros(ws_rows, cp.float32)
         self.ws_l = cp.zeros(ws_rows, cp.float32)
@@ -423,7 +425,7 @@ class CudaDecoder:
         # split slots: about two blocks per SM; a block loops over splits slot, slot + slots, ... while
         # they hold visible keys (kernels/attention.cu), so the grid does not grow with max_len
         slots = min(nsplit, max(ATT_MIN_SLOTS, math.ceil(ATT_SLOT_BLOCKS / (Hkv * groups))))
-        self.k.launch("attn_partial_bf16", (slots, Hkv, groups), (128,),
+        self.k.launch(self.attn_partial, (slots, Hkv, groups), (128,),
                       (self.q, lw["k"], lw["v"], self.ws_m, self.ws_l, self.ws_acc, self.pos, i32(0)) + qkv + tail
                       + (i32(nsplit),))
         self.k.launch("attn_combine_bf16", (Hq * T,), (32 * math.ceil(D / 32),),

@@ -361,13 +361,27 @@ def tensor_cores_supported() -> bool:
     return int(get_cupy().cuda.Device().compute_capability) >= 80
 
 
+ATT_FAST_HEADS = (64, 128)  # head sizes with a compact attn_partial_bf16_d<D> (kernels/attention.cu)
+
+
+def attn_partial_kernel(sfx: str, D: int, k_strides: Any, v_strides: Any, k_ptr: int, v_ptr: int,
+                        fast: Optional[bool] = None) -> str:
+    """attn_partial_bf16_d64 / _d128 (the same bits in a fraction of the code, so a cold instruction
+    cache costs less) when the head size and 16-byte aligned K/V rows allow it, else attn_partial_<sfx>.
+    fast: None = when possible, False = never (tests compare the two)."""
+    ok = (sfx == "bf16" and D in ATT_FAST_HEADS and all(int(s) % 8 == 0 for s in (*k_strides[:-1], *v_strides[:-1]))
+          and k_ptr % 16 == 0 and v_ptr % 16 == 0)
+    return f"attn_partial_bf16_d{D}" if ok and fast is not False else f"attn_partial_{sfx}"
+
+
 def attention(q: Any, k: Any, v: Any, out: Any, scale: float, q_start: int, cluster: bool = False,
-              kb: Optional[int] = None) -> None:
+              kb: Optional[int] = None, fast: Optional[bool] = None) -> None:
     """Causal GQA attention: q (B,Hq,T,D), k/v (B,Hkv,L,D) any strides with d contiguous,
     out (B,Hq,T,D); query t sits at q_start + t and sees keys 0..q_start+t.
     cluster: one kernel whose splits merge in distributed shared memory (attn_cluster_*, sm_90) instead
     of attn_partial + attn_combine; the keys per split are then raised until at most 16 splits remain.
-    kb: keys per split (a multiple of 32) instead of the automatic choice."""
+    kb: keys per split (a multiple of 32) instead of the automatic choice.
+    fast: whether the split path may use the compact kernel (attn_partial_kernel; same bits)."""
     sfx = SFX[_check_dtype(q, ("float32", "bfloat16"), "attention")]
     B, Hq, T, D = q.shape
     Bk, Hkv, L, Dk = k.shape
@@ -411,8 +425,9 @@ def attention(q: Any, k: Any, v: Any, out: Any, scale: float, q_start: int, clus
     ws_m = cp.empty(rows * nsplit, dtype=cp.float32)
     ws_l = cp.empty(rows * nsplit, dtype=cp.float32)
     ws_acc = cp.empty(rows * nsplit * D, dtype=cp.float32)
+    name = attn_partial_kernel(sfx, D, k.strides, v.strides, ptr(k), ptr(v), fast)
     kernels().launch(
-        f"attn_partial_{sfx}", (nsplit, B * Hkv, groups), (128,),
+        name, (nsplit, B * Hkv, groups), (128,),
         (ptr(q), ptr(k), ptr(v), ws_m, ws_l, ws_acc, np.uint64(0), np.int32(q_start)) + qkv_args + tail
         + (np.int32(nsplit),))
     kernels().launch(

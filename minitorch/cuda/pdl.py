@@ -24,7 +24,7 @@ from .runtime import KernelLibrary, get_cupy
 # kernels that call pdl_wait() before any dependent memory access (the GEMVs: every gemv* name)
 PDL_KERNELS = frozenset({
     "embedding_bf16_f32", "add_rmsnorm_bf16", "qkv_rope_append_bf16", "qkv_rope_append_il_bf16",
-    "attn_partial_bf16", "attn_combine_bf16", "attn_cluster_bf16",
+    "attn_partial_bf16", "attn_partial_bf16_d64", "attn_partial_bf16_d128", "attn_combine_bf16", "attn_cluster_bf16",
     "gate_up_silu_bf16", "gate_up_silu_il_bf16", "argmax_partial_f32", "argmax_final", "decode_advance",
 })
 _ATTR_COOPERATIVE = 2  # CUlaunchAttributeID (cuda.h)
