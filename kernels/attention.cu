@@ -252,6 +252,28 @@ __device__ void attn_cluster_merge(const float (&acc)[ATT_RMAX][2], unsigned cha
 #endif
 }
 
+// The online softmax update after one chunk of ATT_CH scores (sc, rows x ATT_CH): a warp a row, each
+// row's running max s_m and sum s_l rescaled, sc turned into the chunk's weights, s_alpha = the factor the
+// row's accumulator is rescaled by. Both attn_partial bodies call it, so they agree bit for bit.
+__device__ __forceinline__ void chunk_softmax(float* sc, float* s_m, float* s_l, float* s_alpha, int wid, int lane) {
+  for (int r = wid; r < ATT_RMAX; r += ATT_THREADS / 32) {
+    float v = sc[r * ATT_CH + lane];
+    float mx = warp_max(v);
+    float m_old = s_m[r];
+    float m_new = fmaxf(m_old, mx);
+    float p = (m_new == -MT_INF) ? 0.f : __expf(v - m_new);
+    float sum = warp_sum(p);
+    sc[r * ATT_CH + lane] = p;
+    __syncwarp();
+    if (lane == 0) {
+      float alpha = (m_old == -MT_INF) ? 0.f : __expf(m_old - m_new);
+      s_alpha[r] = alpha;
+      s_l[r] = s_l[r] * alpha + sum;
+      s_m[r] = m_new;
+    }
+  }
+}
+
 // One split (keys [split*KB, (split+1)*KB)) of one block's head group and rows. Returns false, having
 // written nothing, when the split lies past every key the block's rows see (not in a cluster: attn_combine
 // reads only the splits a row sees, so such splits need no workspace entry; later splits are empty too).
@@ -342,22 +364,7 @@ __device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* w
     __syncthreads();
     // V into the tile (K no longer needed) while the warps update the softmax state
     fill_tile<T>(tile_raw, rowb, vec, vreg, per, cpr, vbase, vsl, c0, nk, D);
-    for (int r = wid; r < ATT_RMAX; r += ATT_THREADS / 32) {
-      float v = sc[r * ATT_CH + lane];
-      float mx = warp_max(v);
-      float m_old = s_m[r];
-      float m_new = fmaxf(m_old, mx);
-      float p = (m_new == -MT_INF) ? 0.f : __expf(v - m_new);
-      float sum = warp_sum(p);
-      sc[r * ATT_CH + lane] = p;
-      __syncwarp();
-      if (lane == 0) {
-        float alpha = (m_old == -MT_INF) ? 0.f : __expf(m_old - m_new);
-        s_alpha[r] = alpha;
-        s_l[r] = s_l[r] * alpha + sum;
-        s_m[r] = m_new;
-      }
-    }
+    chunk_softmax(sc, s_m, s_l, s_alpha, wid, lane);
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
@@ -506,22 +513,7 @@ __device__ bool attn_partial_fast(const bf16_t* q, const bf16_t* kc, const bf16_
     __syncthreads();
     store_chunk(vreg);  // V into the tile (K no longer needed) while the warps update the softmax
     if (c0 + ATT_CH < kend) load_chunk(c0 + ATT_CH, c0 + ATT_CH, kend);
-    for (int r = wid; r < ATT_RMAX; r += ATT_THREADS / 32) {
-      float v = sc[r * ATT_CH + lane];
-      float mx = warp_max(v);
-      float m_old = s_m[r];
-      float m_new = fmaxf(m_old, mx);
-      float pv = (m_new == -MT_INF) ? 0.f : __expf(v - m_new);
-      float sum = warp_sum(pv);
-      sc[r * ATT_CH + lane] = pv;
-      __syncwarp();
-      if (lane == 0) {
-        float alpha = (m_old == -MT_INF) ? 0.f : __expf(m_old - m_new);
-        s_alpha[r] = alpha;
-        s_l[r] = s_l[r] * alpha + sum;
-        s_m[r] = m_new;
-      }
-    }
+    chunk_softmax(sc, s_m, s_l, s_alpha, wid, lane);
     __syncthreads();
     if (tid < DH) {
 #pragma unroll

@@ -57,6 +57,19 @@
 #include "common.cuh"
 #include "qkv_rope.cuh"
 
+#ifndef GEMV_W_STREAM
+#define GEMV_W_STREAM 0  // 1: weight loads as ld.global.cs (evict-first in L1 and L2: the weight stream then
+                         // leaves the caches to code, K/V and activations); 0: ld.global.nc (__ldg).
+// Measured on the H200 (round 8, call 35, random weights, one call): 0.5B step 0.701 -> 0.656 ms, 1.5B
+// 1.486 -> 1.414 (tc) and 1.323 -> 1.280 ms (CUDA cores). Not the default yet: the device time ran out
+// before the GPU tests and the real pair ran with it (the loaded values are the same; only the policy).
+#endif
+#if GEMV_W_STREAM
+#define WLD(p) __ldcs(p)
+#else
+#define WLD(p) __ldg(p)
+#endif
+
 #define GEMV_THREADS 256
 #ifndef GEMV_PREFETCH_BLOCKS
 #define GEMV_PREFETCH_BLOCKS 0
@@ -239,7 +252,7 @@ struct RopeArgs {
 template <int ROWS, typename P>
 __device__ __forceinline__ void load_w(const P (&wr)[ROWS], int k8, int K8, uint4 (&w)[ROWS]) {
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) w[r] = k8 < K8 ? __ldg(wr[r] + k8) : make_uint4(0u, 0u, 0u, 0u);
+  for (int r = 0; r < ROWS; ++r) w[r] = k8 < K8 ? WLD(wr[r] + k8) : make_uint4(0u, 0u, 0u, 0u);
 }
 
 // After the reduction: red[w][r * TMAX + t] holds warp w's partial sum of output row n0 + r, token t; the
@@ -418,7 +431,7 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
       for (; k8 + GEMV_THREADS < K8; k8 += 2 * GEMV_THREADS) {
         uint4 c[ROWS], d[ROWS];
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) { c[r] = __ldg(wr[r] + k8); d[r] = __ldg(wr[r] + k8 + GEMV_THREADS); }
+        for (int r = 0; r < ROWS; ++r) { c[r] = WLD(wr[r] + k8); d[r] = WLD(wr[r] + k8 + GEMV_THREADS); }
         gemv_accum<ROWS, TMAX, MODE>(c, x, nw, inv, k8, T, x_stride, K, acc);
         gemv_accum<ROWS, TMAX, MODE>(d, x, nw, inv, k8 + GEMV_THREADS, T, x_stride, K, acc);
       }
@@ -426,14 +439,14 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
       for (; k8 + GEMV_THREADS < K8; k8 += GEMV_THREADS) {
         uint4 c[ROWS];
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) c[r] = __ldg(wr[r] + k8);
+        for (int r = 0; r < ROWS; ++r) c[r] = WLD(wr[r] + k8);
         gemv_accum<ROWS, TMAX, MODE>(c, x, nw, inv, k8, T, x_stride, K, acc);
       }
     }
     if (k8 < K8) {
       uint4 c[ROWS];
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) c[r] = __ldg(wr[r] + k8);
+      for (int r = 0; r < ROWS; ++r) c[r] = WLD(wr[r] + k8);
       gemv_accum<ROWS, TMAX, MODE>(c, x, nw, inv, k8, T, x_stride, K, acc);
     }
   }
@@ -444,7 +457,7 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
     for (; k8 + GEMV_THREADS < K8; k8 += 2 * GEMV_THREADS) {
       if (!pre) {
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) { a[r] = __ldg(wr[r] + k8); b[r] = __ldg(wr[r] + k8 + GEMV_THREADS); }
+        for (int r = 0; r < ROWS; ++r) { a[r] = WLD(wr[r] + k8); b[r] = WLD(wr[r] + k8 + GEMV_THREADS); }
       }
       pre = false;
       gemv_accum<ROWS, TMAX, MODE>(a, x, nw, inv, k8, T, x_stride, K, acc);
@@ -454,7 +467,7 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
     for (; k8 + GEMV_THREADS < K8; k8 += GEMV_THREADS) {
       if (!pre) {
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) a[r] = __ldg(wr[r] + k8);
+        for (int r = 0; r < ROWS; ++r) a[r] = WLD(wr[r] + k8);
       }
       pre = false;
       gemv_accum<ROWS, TMAX, MODE>(a, x, nw, inv, k8, T, x_stride, K, acc);
@@ -463,7 +476,7 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
   if (EW && k8 < K8) {
     if (!pre) {
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) a[r] = __ldg(wr[r] + k8);
+      for (int r = 0; r < ROWS; ++r) a[r] = WLD(wr[r] + k8);
     }
     gemv_accum<ROWS, TMAX, MODE>(a, x, nw, inv, k8, T, x_stride, K, acc);
   }
@@ -574,7 +587,7 @@ __device__ void gemv_tc_body(const bf16_t* __restrict__ W, const bf16_t* __restr
   for (int u = 0; u < U; ++u) {  // the first round's weights before the wait (they are constant)
     const int p = 4 * (wid + WARPS * u) + c;
 #pragma unroll
-    for (int j = 0; j < NT; ++j) wv[u][j] = p < K8 ? __ldg(wrow[j] + p) : zero;
+    for (int j = 0; j < NT; ++j) wv[u][j] = p < K8 ? WLD(wrow[j] + p) : zero;
   }
   pdl_wait();  // x / resid / pos / outputs are touched only after this
   pdl_trigger();
@@ -590,7 +603,7 @@ __device__ void gemv_tc_body(const bf16_t* __restrict__ W, const bf16_t* __restr
     for (int u = 0; u < U; ++u) {
       const int p = 4 * (ch0 + WARPS * (U + u)) + c;
 #pragma unroll
-      for (int j = 0; j < NT; ++j) wn[u][j] = more && p < K8 ? __ldg(wrow[j] + p) : zero;
+      for (int j = 0; j < NT; ++j) wn[u][j] = more && p < K8 ? WLD(wrow[j] + p) : zero;
     }
 #else
     if (ch0 != wid) {
@@ -598,7 +611,7 @@ __device__ void gemv_tc_body(const bf16_t* __restrict__ W, const bf16_t* __restr
       for (int u = 0; u < U; ++u) {
         const int p = 4 * (ch0 + WARPS * u) + c;
 #pragma unroll
-        for (int j = 0; j < NT; ++j) wv[u][j] = p < K8 ? __ldg(wrow[j] + p) : zero;
+        for (int j = 0; j < NT; ++j) wv[u][j] = p < K8 ? WLD(wrow[j] + p) : zero;
       }
     }
 #endif
