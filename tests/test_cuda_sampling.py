@@ -12,8 +12,8 @@
   cover only the first 3/4 of the tokens (--draft-vocab: q = 0 beyond).
 - The engine: top-k 1 sampling equals greedy decoding (every sampled path of the engine is exercised
   with a deterministic answer), seeds reproduce runs, the first sampled token of speculative runs
-  follows the target's distribution (each with the separate-kernel draft, the persistent draft and a
-  draft proposing among 60 tokens), stop tokens cut exactly, the n-gram drafter, and
+  follows the target's distribution (each with the separate-kernel draft, the persistent draft, a
+  draft proposing among 60 tokens and a draft with an 8-bit LM head), stop tokens cut exactly, the n-gram drafter, and
   run_spec_decoding.py --backend cuda end to end (also with --draft-vocab).
 """
 from __future__ import annotations
@@ -224,9 +224,9 @@ def test_acceptance_emits_target_distributed_tokens(kind, C):
 
 
 # ------------------------------------------------------------------ the engine on small random models
-def pair(mode=None, persistent=False, propose_vocab=None):
+def pair(mode=None, persistent=False, propose_vocab=None, lm_head_int8=False):
     """A target and an unrelated draft (persistent: the draft's steps in kernels/persistent.cu; propose_vocab:
-    the draft proposes among that many first token ids only)."""
+    the draft proposes among that many first token ids only; lm_head_int8: its LM head in 8-bit rows)."""
     from minitorch import FastBackend
     from test_cuda_model import CONFIGS, build, decoder_of
 
@@ -235,7 +235,7 @@ def pair(mode=None, persistent=False, propose_vocab=None):
     draft_kw = dict(CONFIGS[0], hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
                     num_hidden_layers=1)
     _, wd = build(draft_kw, FastBackend, seed=2)
-    draft = decoder_of(draft_kw, wd, persistent=persistent, **mode)
+    draft = decoder_of(draft_kw, wd, persistent=persistent, lm_head_int8=lm_head_int8, **mode)
     draft.propose_vocab = propose_vocab
     return decoder_of(CONFIGS[0], wt, **mode), draft
 
@@ -243,7 +243,8 @@ def pair(mode=None, persistent=False, propose_vocab=None):
 PROMPT = [5, 17, 42, 8, 1, 30]
 
 
-DRAFTS = {"kernels": {}, "persistent-draft": dict(persistent=True), "draft-vocab-60": dict(propose_vocab=60)}
+DRAFTS = {"kernels": {}, "persistent-draft": dict(persistent=True), "draft-vocab-60": dict(propose_vocab=60),
+          "int8-head": dict(lm_head_int8=True)}
 
 
 @pytest.mark.parametrize("draft_kind", list(DRAFTS))

@@ -139,6 +139,26 @@ fast)  # the compact attention kernel (attn_partial_bf16_d64/_d128): tests, a br
   PAT='cost model|decode step|rc=|Error' run spec_tc 90 python3 project/bench/throughput.py --spec --spec-pair coder --gammas 3 4 5 6 --max-len 32768 --gemv tc
   PAT='decode step|tokens/sec|rc=|Error' run target_ours 60 python3 project/bench/throughput.py --shape qwen2.5-coder-1.5b --max-len 32768 --gemv ours
   ;;
+next)  # round 9's first call: the evict-first weight loads as the default build and the 8-bit draft LM head
+  # (kernels/lmhead.cu), both written in round 8 and not yet run on a GPU: the whole GPU suite on that build,
+  # broken builds, then same-call timings
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  log build
+  NVCC_FLAGS="-DGEMV_W_STREAM=1" ./compile_cuda.sh > "$OUT/build_ws.log" 2>&1; echo "ws build rc=$?"
+  G="-gencode=arch=compute_90,code=sm_90"; mkdir -p /tmp/v_lhb /tmp/v_ws0
+  nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -DLH_BROKEN=1 -o /tmp/v_lhb/lmhead.fatbin kernels/lmhead.cu
+  nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -o /tmp/v_ws0/gemv.fatbin kernels/gemv.cu
+  for d in /tmp/v_lhb /tmp/v_ws0; do for f in minitorch/cuda_kernels/*.fatbin; do [ -f $d/$(basename $f) ] || cp $f $d/; done; done
+  PAT='passed|failed|rc=|Error' TAILN=30 run tests_all 330 python3 -m pytest -q -m gpu -p no:cacheprovider
+  PAT='passed|failed|rc=' run broken_lh 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_lhb python3 -m pytest -q -m gpu \
+      -p no:cacheprovider tests/test_cuda_lmhead.py
+  S="--spec --spec-pair coder --gammas 3 4 5 --max-len 32768 --gemv tc"
+  P='cost model|decode step|rc=|Error'
+  PAT=$P run spec_ws 60 python3 project/bench/throughput.py $S
+  PAT=$P run spec_ws_head8 60 python3 project/bench/throughput.py $S --lm-head-int8 draft
+  PAT=$P run spec_ws0 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_ws0 python3 project/bench/throughput.py $S
+  cd "$OUT" && tar czf all_next.tgz *.log && rm -f spec_*.log build_ws.log
+  ;;
 realtc)  # after `.stage/assemble.sh join`: the tensor-core exact mode (default) against gemv "ours", real pair
   export MINITORCH_SPEC_CACHE=/root/cache
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \

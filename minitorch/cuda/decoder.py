@@ -44,6 +44,8 @@ from .runtime import get_cupy, kernels
 
 ATT_SLOT_BLOCKS = 264  # attention partial blocks a step aims at (two per SM of an H200) ...
 ATT_MIN_SLOTS = 32  # ... with at least this many split slots (long prefill steps have many row groups)
+LH_KMAX = 8192  # kernels/lmhead.cu: the 8-bit LM head's largest input size ...
+LH_ROWS_PER_BLOCK = 32  # ... and rows a block (8 warps of 4 rows)
 ATT_STEP_ROWS = 16  # steps of at most this many tokens (decode, verify) share one attention split size
 PT_THREADS = 512  # kernels/persistent.cu: threads a block, ...
 PT_KS_MAX = 128  # ... keys per attention split at most, ...
@@ -59,6 +61,16 @@ def _bf16_bits(cp: Any, arr: Any) -> Any:
     a = cp.asarray(arr, dtype=cp.float32)
     u = a.view(cp.uint32)
     return ((u + cp.uint32(0x7FFF) + ((u >> 16) & cp.uint32(1))) >> 16).astype(cp.uint16)
+
+
+def quantize_rows_int8(xp: Any, w: Any) -> "tuple[Any, Any]":
+    """Symmetric 8-bit codes of a float32 (N, K) matrix, one scale per row (numpy or CuPy as xp):
+    codes (N, K) int8 in [-127, 127] and scales (N,) float32 with w ~= codes * scales[:, None], each
+    element within half a scale step; an all-zero row gets scale 1 and zero codes."""
+    amax = xp.abs(w).max(axis=1)
+    scale = xp.where(amax > 0, amax / 127.0, 1.0).astype(xp.float32)
+    codes = xp.clip(xp.rint(w / scale[:, None]), -127, 127).astype(xp.int8)
+    return codes, scale
 
 
 def random_weights(cfg: Any, seed: int = 0, std: float = 0.02) -> Dict[str, Any]:
@@ -105,7 +117,8 @@ class CudaDecoder:
                  gemv: str = "ours1", fuse_norm: bool = False, pdl: Optional[bool] = None,
                  silu: str = "gateup", norm_epilogue: bool = True, qkv_rope: bool = True, rows1: int = 4,
                  rows_big: int = 8, attn: str = "split", qkv_norm: str = "auto",
-                 attn_kb: Optional[int] = None, tc_wide: bool = True, persistent: bool = False) -> None:
+                 attn_kb: Optional[int] = None, tc_wide: bool = True, persistent: bool = False,
+                 lm_head_int8: bool = False) -> None:
         """gemv: which steps run their products in kernels/gemv.cu (SwiGLU and the residual add
         fused in): "ours1" one-token steps (default: verify steps then cost about one decode
         step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
@@ -154,7 +167,11 @@ class CudaDecoder:
         the other modes' in the last bits (fp32 activations, its own summation order), and a draft's never
         reach the output; deterministic run to run. On the H200 not yet faster than the separate kernels
         (0.5B step 0.959 vs 0.854 ms, docs/GPU_RESULTS.md round 7). Needs silu="gateup", qkv_rope, a head
-        size that is a multiple of 8 and <= 128, Hq / Hkv <= 8."""
+        size that is a multiple of 8 and <= 128, Hq / Hkv <= 8.
+        lm_head_int8: steps that choose one token (a draft's) run the LM head on 8-bit copies of its rows
+        with a scale per row (quantize_rows_int8; kernels/lmhead.cu): half its bytes. For a speculative draft
+        only: its logits differ from the bf16 head's by up to sum|x| * scale / 2 per row, and a draft's
+        numbers never reach the output; steps with every row's logits (a verify) keep the bf16 head."""
         if rows1 not in (2, 4):
             raise ValueError(f"rows1 must be 2 or 4, got {rows1!r}")
         if rows_big not in (4, 8):
@@ -279,6 +296,15 @@ class CudaDecoder:
         self.persistent = bool(persistent)
         if self.persistent:
             self._persistent_setup()
+        self.lm_head_q = self.lm_head_s = None
+        if lm_head_int8:
+            if H % 16 or H > LH_KMAX:
+                raise ValueError(f"lm_head_int8 needs a hidden size that is a multiple of 16 and <= {LH_KMAX}, got {H}")
+            self.lm_head_q = cp.empty((V, H), cp.int8)
+            self.lm_head_s = cp.empty(V, cp.float32)
+            for r in range(0, V, 16384):  # a slice at a time: the float32 copy of the whole head is large
+                w = (self.lm_head[r:r + 16384].astype(cp.uint32) << 16).view(cp.float32)
+                self.lm_head_q[r:r + 16384], self.lm_head_s[r:r + 16384] = quantize_rows_int8(cp, w)
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.graphs: Dict[Any, Any] = {}
 
@@ -499,7 +525,13 @@ class CudaDecoder:
         k, i32 = self.k, np.int32
         r0 = 0 if all_logits else T - 1
         rows = T - r0
-        self._normed_proj(delta, self.final_norm, self.lm_head, T, self.nv, r0=r0, yf=self.logits)
+        if self.lm_head_q is not None and rows == 1:  # a draft's one token: the 8-bit head (kernels/lmhead.cu)
+            if delta is not _NORMED:
+                self._norm(delta, self.final_norm, T)
+            k.launch("lmhead_i8_f32", (math.ceil(self.nv / LH_ROWS_PER_BLOCK),), (256,),
+                     (self.lm_head_q, self.lm_head_s, self.xn[T - 1], self.logits, i32(self.nv), i32(self.H)))
+        else:
+            self._normed_proj(delta, self.final_norm, self.lm_head, T, self.nv, r0=r0, yf=self.logits)
         if self.sampling is None:
             nch, chunk = argmax_plan(self.nv)
             k.launch("argmax_partial_f32", (nch, rows), (256,), (self.logits, self.am_v, self.am_i, i32(self.nv), i32(chunk)))

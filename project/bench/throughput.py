@@ -171,7 +171,9 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
                       rows1=args.rows1, rows_big=args.rows_big, attn=args.attn, qkv_norm=args.qkv_norm,
                       attn_kb=args.attn_kb, tc_wide=args.tc_wide == "on",
                       persistent=args.persistent == "on" or (args.persistent == "draft" and args.spec
-                                                              and name == SPEC_PAIRS[args.spec_pair][1]))
+                                                              and name == SPEC_PAIRS[args.spec_pair][1]),
+                      lm_head_int8=args.lm_head_int8 == "on" or (args.lm_head_int8 == "draft" and args.spec
+                                                                  and name == SPEC_PAIRS[args.spec_pair][1]))
     del w
     cp.get_default_memory_pool().free_all_blocks()
     setup = time.perf_counter() - t0
@@ -399,6 +401,9 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--persistent", choices=["off", "on", "draft"], default="off",
                     help="steps of 1-2 tokens run every layer in one cooperative kernel (kernels/persistent.cu): "
                          "off (default), on (every model), draft (only --spec's draft)")
+    ap.add_argument("--lm-head-int8", choices=["off", "on", "draft"], default="off",
+                    help="one-token steps read an 8-bit copy of the LM head (kernels/lmhead.cu): off (default), on "
+                         "(every model), draft (only --spec's draft)")
     ap.add_argument("--fuse-norm", action="store_true",
                     help="compute RMSNorm inside every GEMV that reads a normalised input (QKV, gate/up, LM head) "
                          "instead of in the previous projection's last block")
@@ -470,7 +475,8 @@ def main(argv: List[str] | None = None) -> int:
     print(f"device {dev}; measured copy bandwidth {bw / 1e9:.0f} GB/s; prompt {args.prompt}, new {args.new}, "
           f"greedy, bf16, gemv={args.gemv}, fuse_norm={args.fuse_norm}, pdl={args.pdl}, silu={args.silu}, "
           f"norm_epilogue={args.norm_epilogue}, qkv_rope={args.qkv_rope}, rows1={args.rows1}, "
-          f"rows_big={args.rows_big}, attn={args.attn}, qkv_norm={args.qkv_norm}, persistent={args.persistent}; "
+          f"rows_big={args.rows_big}, attn={args.attn}, qkv_norm={args.qkv_norm}, persistent={args.persistent}, "
+          f"lm_head_int8={args.lm_head_int8}; "
           f"kernels from {BUILD_DIR}")
     results: Dict[str, Any] = dict(device=dev, copy_bw=bw, shapes={})
     decs = {}
