@@ -17,7 +17,7 @@
 // attn_partial_bf16_d64 / _d128: attn_partial_bf16 for the decoder's head sizes and 16-byte aligned K/V
 //   rows, same launch, same bits (attn_partial_fast). A decode step runs attention once a layer on a cold
 //   instruction cache: the generic kernel's 75 KB of unrolled code (now 52 KB) cost ~7 us a launch more on
-//   its first key chunk than on later ones. The compact kernel (~25 KB) also loads the keys cached by earlier
+//   its first key chunk than on later ones. The compact kernel (25-30 KB) also loads the keys cached by earlier
 //   steps and the position before pdl_wait, q with the first chunk, and each next chunk during the current
 //   one. H200, coder pair shapes, 256 cached keys (tools/attn_probe.py, docs/GPU_RESULTS.md round 8), one
 //   call: 0.5B step 0.702 ms against 0.810 with the generic kernel, 1.5B (tensor-core GEMV) 1.492 against
