@@ -64,3 +64,22 @@ def test_attention_kernel_choice() -> None:
     for D in ATT_FAST_HEADS:
         assert re.search(rf"^ATT_FAST_INST\({D}\)$", src, re.M), D
         assert f"attn_partial_bf16_d{D}" in PDL_KERNELS
+
+
+def test_gpu_tools_say_they_need_a_gpu() -> None:
+    """Every tools/*.py that runs kernels ends with one line, not a traceback, on a machine without a GPU."""
+    import os
+    from pathlib import Path
+
+    from minitorch.cuda.runtime import unavailable_reason
+
+    if cuda_available():
+        pytest.skip("a GPU is present")
+    root = Path(__file__).resolve().parents[1]
+    tools = sorted(p for p in (root / "tools").glob("*.py") if "cupy" in p.read_text())
+    assert len(tools) >= 7
+    for tool in tools:
+        out = subprocess.run([sys.executable, str(tool)], capture_output=True, text=True, cwd=root,
+                             env={**os.environ, "PYTHONPATH": str(root)})
+        assert out.returncode == 1 and "Traceback" not in out.stderr, (tool.name, out.stderr[-500:])
+        assert out.stderr.strip().splitlines() == [f"tools/{tool.name}: needs a GPU ({unavailable_reason()})"]

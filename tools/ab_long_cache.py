@@ -24,7 +24,9 @@ def time_graph(cp, dec, T, reps=30):
 
 
 def main():
-    import cupy as cp
+    from minitorch.cuda.runtime import cupy_or_exit
+
+    cp = cupy_or_exit("tools/ab_long_cache.py")
 
     label = sys.argv[1]
     prompt = [int(x) for x in np.random.default_rng(0).integers(0, 151665, 128)]

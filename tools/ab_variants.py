@@ -14,7 +14,9 @@ VARIANTS = [("short", 1200, None, 264, 32), ("kb64", 32768, 64, 264, 32), ("kb32
 
 
 def main():
-    import cupy as cp
+    from minitorch.cuda.runtime import cupy_or_exit
+
+    cp = cupy_or_exit("tools/ab_variants.py")
 
     only = set(sys.argv[1:])  # variant labels to run (default all)
     for name, kw in SHAPES.items():

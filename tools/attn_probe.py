@@ -20,7 +20,9 @@ import throughput  # noqa: E402  (the bench's shapes and graph timer)
 
 
 def main() -> None:
-    import cupy as cp
+    from minitorch.cuda.runtime import cupy_or_exit
+
+    cp = cupy_or_exit("tools/attn_probe.py")
 
     ap = argparse.ArgumentParser()
     ap.add_argument("label")

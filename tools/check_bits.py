@@ -35,7 +35,9 @@ def main() -> int:
     import numpy as np
 
     from minitorch.cuda.decoder import CudaDecoder, random_weights
-    from minitorch.cuda.runtime import BUILD_DIR
+    from minitorch.cuda.runtime import BUILD_DIR, cupy_or_exit
+
+    cupy_or_exit("tools/check_bits.py")
 
     cfg = SimpleNamespace(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=3,
                           num_attention_heads=12, num_key_value_heads=2, rope_theta=10000.0, rms_norm_eps=1e-6,

@@ -14,7 +14,9 @@ import throughput  # noqa: E402  (the bench's shapes and graph timer)
 
 
 def main() -> None:
-    import cupy as cp
+    from minitorch.cuda.runtime import cupy_or_exit
+
+    cp = cupy_or_exit("tools/draft_vocab_step.py")
 
     cfg = SimpleNamespace(**throughput.SHAPES["qwen2.5-coder-0.5b"])
     dec = CudaDecoder(cfg, random_weights(cfg, seed=0), max_len=32768, max_tokens=16, gemv="ours")

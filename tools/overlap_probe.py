@@ -121,7 +121,9 @@ def marginal(cp) -> None:
 
 
 def main() -> None:
-    import cupy as cp
+    from minitorch.cuda.runtime import cupy_or_exit
+
+    cp = cupy_or_exit("tools/overlap_probe.py")
 
     what = sys.argv[1:] or ["overlap", "marginal"]
     if what[0] == "marginal-one":

@@ -17,7 +17,9 @@ KINDS = ("qkv", "attention", "merge", "o", "gate/up", "down")
 
 
 def main() -> None:
-    import cupy as cp
+    from minitorch.cuda.runtime import cupy_or_exit
+
+    cp = cupy_or_exit("tools/pt_phases.py")
 
     cfg = SimpleNamespace(**throughput.SHAPES["qwen2.5-coder-0.5b"])
     dec = CudaDecoder(cfg, random_weights(cfg, seed=0), max_len=32768, max_tokens=128, gemv="ours", persistent=True)

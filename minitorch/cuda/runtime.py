@@ -84,6 +84,14 @@ def get_cupy() -> Any:
     return _cupy
 
 
+def cupy_or_exit(who: str) -> Any:
+    """For command-line tools: the cupy module, or exit (status 1) with `who: needs a GPU (reason)`."""
+    try:
+        return get_cupy()
+    except CudaUnavailableError as e:
+        raise SystemExit(f"{who}: needs a GPU ({e})") from None
+
+
 def kernel_file(name: str) -> str:
     """Which kernels/<file>.cu defines kernel `name`."""
     best = ""
