@@ -145,10 +145,12 @@ next)  # round 9's first call: the evict-first weight loads as the default build
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
   log build
   NVCC_FLAGS="-DGEMV_W_STREAM=1" ./compile_cuda.sh > "$OUT/build_ws.log" 2>&1; echo "ws build rc=$?"
-  G="-gencode=arch=compute_90,code=sm_90"; mkdir -p /tmp/v_lhb /tmp/v_ws0
+  G="-gencode=arch=compute_90,code=sm_90"; mkdir -p /tmp/v_lhb /tmp/v_ws0 /tmp/v_ptc /tmp/v_ptct
   nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -DLH_BROKEN=1 -o /tmp/v_lhb/lmhead.fatbin kernels/lmhead.cu
   nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -o /tmp/v_ws0/gemv.fatbin kernels/gemv.cu
-  for d in /tmp/v_lhb /tmp/v_ws0; do for f in minitorch/cuda_kernels/*.fatbin; do [ -f $d/$(basename $f) ] || cp $f $d/; done; done
+  nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -DPT_COMPACT=1 -o /tmp/v_ptc/persistent.fatbin kernels/persistent.cu
+  nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -DPT_COMPACT=1 -DPT_TIMING=1 -o /tmp/v_ptct/persistent.fatbin kernels/persistent.cu
+  for d in /tmp/v_lhb /tmp/v_ws0 /tmp/v_ptc /tmp/v_ptct; do for f in minitorch/cuda_kernels/*.fatbin; do [ -f $d/$(basename $f) ] || cp $f $d/; done; done
   PAT='passed|failed|rc=|Error' TAILN=30 run tests_all 330 python3 -m pytest -q -m gpu -p no:cacheprovider
   PAT='passed|failed|rc=' run broken_lh 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_lhb python3 -m pytest -q -m gpu \
       -p no:cacheprovider tests/test_cuda_lmhead.py
@@ -157,7 +159,15 @@ next)  # round 9's first call: the evict-first weight loads as the default build
   PAT=$P run spec_ws 60 python3 project/bench/throughput.py $S
   PAT=$P run spec_ws_head8 60 python3 project/bench/throughput.py $S --lm-head-int8 draft
   PAT=$P run spec_ws0 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_ws0 python3 project/bench/throughput.py $S
-  cd "$OUT" && tar czf all_next.tgz *.log && rm -f spec_*.log build_ws.log
+  # the compact persistent kernel (-DPT_COMPACT=1, written in round 8): its tests, its step, its phases
+  PAT='passed|failed|rc=' run tests_ptc 90 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_ptc python3 -m pytest -q -m gpu \
+      -p no:cacheprovider tests/test_cuda_persistent.py
+  S0="--shape qwen2.5-coder-0.5b --max-len 32768 --gemv ours"
+  PAT='decode step|rc=|Error' run s_kernels 40 python3 project/bench/throughput.py $S0
+  PAT='decode step|rc=|Error' run s_pt 40 python3 project/bench/throughput.py $S0 --persistent on
+  PAT='decode step|rc=|Error' run s_ptc 40 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_ptc python3 project/bench/throughput.py $S0 --persistent on
+  PAT='T=|rc=|Error' run phases_ptc 60 env PYTHONPATH=. MINITORCH_CUDA_BUILD_DIR=/tmp/v_ptct python3 tools/pt_phases.py
+  cd "$OUT" && tar czf all_next.tgz *.log && rm -f spec_*.log s_*.log build_ws.log
   ;;
 realtc)  # after `.stage/assemble.sh join`: the tensor-core exact mode (default) against gemv "ours", real pair
   export MINITORCH_SPEC_CACHE=/root/cache
