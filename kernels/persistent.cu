@@ -174,6 +174,27 @@ __device__ __forceinline__ void unit_split(int nu, int nch, int& kw, int& slots,
   per = (nch + kw - 1) / kw;
 }
 
+// block_units' split-K reduction: a warp's sums of its part of a unit into red, and the kw parts of unit
+// slot `us` summed back in part order.
+template <int R, int T>
+__device__ __forceinline__ void put_partial(float* red, int warp, const float (&acc)[R][T]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < T; ++t) red[(warp * R + r) * T + t] = acc[r][t];
+}
+template <int R, int T>
+__device__ __forceinline__ void sum_partials(const float* red, int us, int kw, float (&v)[R][T]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float s = 0.f;
+      for (int p = 0; p < kw; ++p) s += red[((us * kw + p) * R + r) * T + t];
+      v[r][t] = s;
+    }
+}
+
 // The block's units of a product: unit u = rows u*R .. u*R + R - 1 of W (K columns) against the T rows of
 // xs (shared memory); epi(u, v[R][T]) gets each unit's sums (called by one thread a unit).
 template <int R, int T, typename Epi>
@@ -206,22 +227,11 @@ __device__ PT_SHARED void block_units(const bf16_t* __restrict__ W, int K, int u
     if (kw == 1) {
       if (active && lane == 0) ue = u0 + ul;
     } else {
-      if (active && lane == 0)
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int t = 0; t < T; ++t) red[(warp * R + r) * T + t] = acc[r][t];
+      if (active && lane == 0) put_partial<R, T>(red, warp, acc);
       __syncthreads();
       const int us = threadIdx.x;
       if (us < slots && base + us < nu) {
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int t = 0; t < T; ++t) {
-            float s = 0.f;
-            for (int p = 0; p < kw; ++p) s += red[((us * kw + p) * R + r) * T + t];
-            acc[r][t] = s;
-          }
+        sum_partials<R, T>(red, us, kw, acc);
         ue = u0 + base + us;
       }
     }
@@ -231,23 +241,12 @@ __device__ PT_SHARED void block_units(const bf16_t* __restrict__ W, int K, int u
     if (kw == 1) {
       if (active && lane == 0) epi(u0 + ul, acc);
     } else {
-      if (active && lane == 0)
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int t = 0; t < T; ++t) red[(warp * R + r) * T + t] = acc[r][t];
+      if (active && lane == 0) put_partial<R, T>(red, warp, acc);
       __syncthreads();
       const int us = threadIdx.x;
       if (us < slots && base + us < nu) {
         float v[R][T];
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int t = 0; t < T; ++t) {
-            float s = 0.f;
-            for (int p = 0; p < kw; ++p) s += red[((us * kw + p) * R + r) * T + t];
-            v[r][t] = s;
-          }
+        sum_partials<R, T>(red, us, kw, v);
         epi(u0 + base + us, v);
       }
       __syncthreads();

@@ -5,7 +5,8 @@ GPU: lmhead_i8_f32 against a float64 product of the same codes and scales; a dec
 8-bit head against that reference from its own normalised hidden row, and within the quantisation bound
 of the bf16 head's; greedy speculative decoding with an 8-bit-head draft equals greedy decoding (the
 sampling tests in test_cuda_sampling.py run the same draft too). A -DLH_BROKEN=1 build (every row's last
-16 codes left out) fails the kernel test.
+16 codes left out) should fail the kernel test. Written in round 8; none of the GPU tests here has run yet
+(tools/gpu_issue14.sh next).
 """
 from __future__ import annotations
 

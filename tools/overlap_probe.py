@@ -71,10 +71,10 @@ def overlap(cp) -> None:
             d = timed(cp, [sD], lambda: Dk(k))
 
             def both_one_stream() -> None:
-                Dk_on = draft.stream
+                own = draft.stream  # the draft's steps on the verify's stream, for this measurement only
                 draft.stream = sT
                 Dk(k)
-                draft.stream = Dk_on
+                draft.stream = own
                 V()
 
             seq = timed(cp, [sT], both_one_stream)

@@ -163,6 +163,8 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
     from minitorch.cuda.decoder import CudaDecoder, random_weights
 
     max_len = args.max_len or args.prompt + args.new + 16
+    is_draft = bool(args.spec) and name == SPEC_PAIRS[args.spec_pair][1]
+    for_this = lambda choice: choice == "on" or (choice == "draft" and is_draft)  # noqa: E731  (off | on | draft)
     t0 = time.perf_counter()
     w = random_weights(cfg, seed=0) if args.model is None else args.weights
     dec = CudaDecoder(cfg, w, max_len=max_len, max_tokens=max(args.prompt, 9), gemv=args.gemv,
@@ -170,10 +172,7 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
                       silu=args.silu, norm_epilogue=args.norm_epilogue == "on", qkv_rope=args.qkv_rope == "on",
                       rows1=args.rows1, rows_big=args.rows_big, attn=args.attn, qkv_norm=args.qkv_norm,
                       attn_kb=args.attn_kb, tc_wide=args.tc_wide == "on",
-                      persistent=args.persistent == "on" or (args.persistent == "draft" and args.spec
-                                                              and name == SPEC_PAIRS[args.spec_pair][1]),
-                      lm_head_int8=args.lm_head_int8 == "on" or (args.lm_head_int8 == "draft" and args.spec
-                                                                  and name == SPEC_PAIRS[args.spec_pair][1]))
+                      persistent=for_this(args.persistent), lm_head_int8=for_this(args.lm_head_int8))
     del w
     cp.get_default_memory_pool().free_all_blocks()
     setup = time.perf_counter() - t0
@@ -398,12 +397,11 @@ def main(argv: List[str] | None = None) -> int:
                          "tensor-core GEMV for steps of <= 16 tokens (tc; exact like ours), or cuBLAS everywhere")
     ap.add_argument("--tc-wide", choices=["on", "off"], default="on",
                     help="--gemv tc: 16 output rows a block for products of more than 8192 outputs (default on)")
-    ap.add_argument("--persistent", choices=["off", "on", "draft"], default="off",
-                    help="steps of 1-2 tokens run every layer in one cooperative kernel (kernels/persistent.cu): "
-                         "off (default), on (every model), draft (only --spec's draft)")
-    ap.add_argument("--lm-head-int8", choices=["off", "on", "draft"], default="off",
-                    help="one-token steps read an 8-bit copy of the LM head (kernels/lmhead.cu): off (default), on "
-                         "(every model), draft (only --spec's draft)")
+    which, which_help = ["off", "on", "draft"], ": off (default), on (every model), draft (only --spec's draft)"
+    ap.add_argument("--persistent", choices=which, default="off",
+                    help="steps of 1-2 tokens run every layer in one cooperative kernel (kernels/persistent.cu)" + which_help)
+    ap.add_argument("--lm-head-int8", choices=which, default="off",
+                    help="one-token steps read an 8-bit copy of the LM head (kernels/lmhead.cu)" + which_help)
     ap.add_argument("--fuse-norm", action="store_true",
                     help="compute RMSNorm inside every GEMV that reads a normalised input (QKV, gate/up, LM head) "
                          "instead of in the previous projection's last block")
