@@ -66,18 +66,6 @@
 #ifndef PT_SPIN_LIMIT
 #define PT_SPIN_LIMIT (1u << 24)
 #endif
-#ifndef PT_COMPACT
-#define PT_COMPACT 0  // 1: less machine code a layer (round 8's lesson: a phase that runs once a layer meets a cold
-                      // instruction cache): the attention scores in a loop over rows instead of 16 unrolled rows,
-                      // one epilogue call site in block_units, and the norm / one-row product bodies shared by
-                      // their call sites. Written in round 8, not yet run on a GPU (tools/gpu_issue14.sh pt with
-                      // V="compact:-DPT_COMPACT=1")
-#endif
-#if PT_COMPACT
-#define PT_SHARED __noinline__
-#else
-#define PT_SHARED __forceinline__
-#endif
 #ifndef PT_BROKEN
 #define PT_BROKEN 0  // tests only: a token does not attend to its own position
 #endif
@@ -198,7 +186,7 @@ __device__ __forceinline__ void sum_partials(const float* red, int us, int kw, f
 // The block's units of a product: unit u = rows u*R .. u*R + R - 1 of W (K columns) against the T rows of
 // xs (shared memory); epi(u, v[R][T]) gets each unit's sums (called by one thread a unit).
 template <int R, int T, typename Epi>
-__device__ PT_SHARED void block_units(const bf16_t* __restrict__ W, int K, int u0, int nu, const float* xs,
+__device__ __forceinline__ void block_units(const bf16_t* __restrict__ W, int K, int u0, int nu, const float* xs,
                                             float* red, Epi epi) {
   if (nu <= 0) return;  // block-uniform
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nch = K >> 3;
@@ -220,24 +208,6 @@ __device__ PT_SHARED void block_units(const bf16_t* __restrict__ W, int K, int u
 #pragma unroll
         for (int t = 0; t < T; ++t) acc[r][t] = warp_sum(acc[r][t]);
     }
-#if PT_COMPACT
-    // one call site of the epilogue (it is inlined once): the unit's sums come from the warp itself (kw == 1)
-    // or from the block's partial sums (thread us sums unit base + us)
-    int ue = -1;
-    if (kw == 1) {
-      if (active && lane == 0) ue = u0 + ul;
-    } else {
-      if (active && lane == 0) put_partial<R, T>(red, warp, acc);
-      __syncthreads();
-      const int us = threadIdx.x;
-      if (us < slots && base + us < nu) {
-        sum_partials<R, T>(red, us, kw, acc);
-        ue = u0 + base + us;
-      }
-    }
-    if (ue >= 0) epi(ue, acc);
-    if (kw != 1) __syncthreads();
-#else
     if (kw == 1) {
       if (active && lane == 0) epi(u0 + ul, acc);
     } else {
@@ -251,7 +221,6 @@ __device__ PT_SHARED void block_units(const bf16_t* __restrict__ W, int K, int u
       }
       __syncthreads();
     }
-#endif
   }
 }
 
@@ -259,7 +228,7 @@ __device__ PT_SHARED void block_units(const bf16_t* __restrict__ W, int K, int u
 // (fp32, or the embedding rows of `ids` when emb is given); block 0 also writes those embedding rows
 // into resid. Ends with __syncthreads.
 template <int T>
-__device__ PT_SHARED void load_normed(const float* resid, const bf16_t* __restrict__ emb, const i64* ids,
+__device__ __forceinline__ void load_normed(const float* resid, const bf16_t* __restrict__ emb, const i64* ids,
                                             float* resid_out, const bf16_t* __restrict__ nw, int H, float eps,
                                             float* xs, float* bsum) {
   float ss[T];
@@ -319,37 +288,6 @@ __device__ __forceinline__ void attn_item(int g, int s, int ks, int pos, int n_c
     qs[i] = __ldcg(qbuf + ((i64)t * Hq + h) * D + d) * scale;
   }
   __syncthreads();
-#if PT_COMPACT
-  if (jj < nk) {  // the scores of key jj, a row at a time (rolled): 64 dims of the key row in registers a pass
-    const int j = j0 + jj;
-    for (int c0 = 0; c0 < D / 8; c0 += 8) {
-      if (c0 > 0) {
-#pragma unroll
-        for (int c = 0; c < 8; ++c)
-          if (c0 + c < D / 8) kv[c] = __ldcg(kp + c0 + c);
-      }
-      float f[64];
-#pragma unroll
-      for (int c = 0; c < 8; ++c) bf16x8_to_f32(kv[c], f + 8 * c);
-      const int nd = min(64, D - 8 * c0);
-#pragma unroll 1
-      for (int r = 0; r < NR; ++r) {
-        const float* qc = qs + r * D + 8 * c0;
-        float a = c0 == 0 ? 0.f : sc[r * PT_KS_MAX + jj];
-#pragma unroll
-        for (int e = 0; e < 64; ++e)
-          if (e < nd) a = fmaf(qc[e], f[e], a);
-        sc[r * PT_KS_MAX + jj] = a;
-      }
-    }
-#pragma unroll 1
-    for (int r = 0; r < NR; ++r) {
-      const int t = r / G;
-      const bool vis = PT_BROKEN ? j < pos + t : j <= pos + t;
-      if (!vis) sc[r * PT_KS_MAX + jj] = -MT_INF;
-    }
-  }
-#else
   if (jj < nk) {
     float acc[PT_ROWS_MAX];
 #pragma unroll
@@ -383,7 +321,6 @@ __device__ __forceinline__ void attn_item(int g, int s, int ks, int pos, int n_c
         sc[r * PT_KS_MAX + jj] = vis ? acc[r] : -MT_INF;
       }
   }
-#endif
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int r = warp; r < NR; r += PT_WARPS) {
