@@ -53,16 +53,18 @@
 //   -DGEMV_PREFETCH_BLOCKS=n: blocks with blockIdx.x < n prefetch their first weight chunks into L2
 //   before pdl_wait(). Default 0 = off: on the H200 (2026-11-30) the L2 prefetch made the 7B decode
 //   step ~6% slower with the resnorm epilogue and gained nothing at 1.5B.
+// 8-bit rows (gemv1[r16]*_i8, one-token steps of a speculative draft: CudaDecoder(int8_weights=True)): the same
+//   body with int8 codes and one fp32 scale a row; a thread's chunk holds GEMV_I8_CHUNK codes, its sums are
+//   scaled before the reduction. Experimental: not faster than bf16 rows on the H200 so far (round 9).
 // Limits: K % 8 == 0, x_stride % 8 == 0, W / x 16-byte aligned (the host checks); N, K < 2^31.
 #include "common.cuh"
 #include "qkv_rope.cuh"
 
 #ifndef GEMV_W_STREAM
-#define GEMV_W_STREAM 0  // 1: weight loads as ld.global.cs (evict-first in L1 and L2: the weight stream then
+#define GEMV_W_STREAM 1  // 1: weight loads as ld.global.cs (evict-first in L1 and L2: the weight stream then
                          // leaves the caches to code, K/V and activations); 0: ld.global.nc (__ldg).
 // Measured on the H200 (round 8, call 35, random weights, one call): 0.5B step 0.701 -> 0.656 ms, 1.5B
-// 1.486 -> 1.414 (tc) and 1.323 -> 1.280 ms (CUDA cores). Not the default yet: the device time ran out
-// before the GPU tests and the real pair ran with it (the loaded values are the same; only the policy).
+// 1.486 -> 1.414 (tc) and 1.323 -> 1.280 ms (CUDA cores). The loaded values are the same; only the policy.
 #endif
 #if GEMV_W_STREAM
 #define WLD(p) __ldcs(p)
@@ -85,6 +87,9 @@
 #endif
 #ifndef GEMV_RS
 #define GEMV_RS 1  // kernels with more than 8 sums a warp reduce them with warp_sum_scatter (0: warp_sum each)
+#endif
+#ifndef GEMV_I8_BROKEN
+#define GEMV_I8_BROKEN 0  // tests only: the *_i8 kernels scale every row of a block by its first row's scale
 #endif
 #ifndef GEMV_RS_BROKEN
 #define GEMV_RS_BROKEN 0  // tests only: those kernels sum lanes in another order (offsets 1, 2, .. 16): not exact
@@ -149,22 +154,70 @@ __device__ __forceinline__ void load_x8(const void* __restrict__ xv, const bf16_
   }
 }
 
-template <int ROWS, int TMAX, int MODE>
-__device__ __forceinline__ void gemv_accum(const uint4 (&wv)[ROWS], const void* __restrict__ x,
-                                           const bf16_t* __restrict__ nw, const float* inv, int k8, int T,
-                                           int x_stride, int K, float (&acc)[ROWS][TMAX]) {
-  float wf[ROWS][8];
+// Weight chunks: 8 bf16 weights in 16 bytes (WB = 2), or GEMV_I8_CHUNK signed 8-bit codes (WB = 1: the *_i8
+// kernels; the row's scale is applied once, after the loop) in 8 or 16 bytes.
+#ifndef GEMV_I8_CHUNK
+#define GEMV_I8_CHUNK 8  // codes a chunk: 8 (uint2, a bf16 row's chunk count) or 16 (uint4, half of it)
+#endif
+#ifndef GEMV_I8_PRMT
+#define GEMV_I8_PRMT 1  // 1: code -> float by byte permute + one subtraction; 0: the int -> float conversion
+#endif
+template <int WB> struct WChunk { typedef uint4 type; };
+#if GEMV_I8_CHUNK == 16
+template <> struct WChunk<1> { typedef uint4 type; };
+#else
+template <> struct WChunk<1> { typedef uint2 type; };
+#endif
+template <typename C> __device__ __forceinline__ C zero_chunk();
+template <> __device__ __forceinline__ uint4 zero_chunk<uint4>() { return make_uint4(0u, 0u, 0u, 0u); }
+template <> __device__ __forceinline__ uint2 zero_chunk<uint2>() { return make_uint2(0u, 0u); }
+// 4 codes (bytes of u, signed) -> 4 floats. PRMT: the biased byte (code + 128) becomes the low byte of the
+// float 2^23 + code + 128, exact, and one subtraction leaves the code (no I2F, a quarter-rate instruction).
+__device__ __forceinline__ void i8x4_to_f32(unsigned int u, float* f) {
+#if GEMV_I8_PRMT
+  const unsigned int b = u ^ 0x80808080u;
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) bf16x8_to_f32(wv[r], wf[r]);
+  for (int i = 0; i < 4; ++i) f[i] = __uint_as_float(__byte_perm(b, 0x4B000000u, 0x7650 + i)) - 8388736.f;
+#else
+#pragma unroll
+  for (int i = 0; i < 4; ++i) f[i] = (float)(signed char)(u >> (8 * i));
+#endif
+}
+template <int WB>
+__device__ __forceinline__ void wchunk_to_f32(const uint4& v, float* f) {
+  if constexpr (WB == 2) {
+    bf16x8_to_f32(v, f);
+  } else {
+    i8x4_to_f32(v.x, f); i8x4_to_f32(v.y, f + 4); i8x4_to_f32(v.z, f + 8); i8x4_to_f32(v.w, f + 12);
+  }
+}
+template <int WB>
+__device__ __forceinline__ void wchunk_to_f32(const uint2& v, float* f) {
+  i8x4_to_f32(v.x, f); i8x4_to_f32(v.y, f + 4);
+}
+
+// Chunk kc of each of the block's rows times the same inputs of every token: CW weights a chunk, CW / 8 input
+// loads of 8 values (inputs 8 * (kc * CW / 8 + h) ...), products in input order.
+template <int ROWS, int TMAX, int MODE, int WB = 2, typename C = uint4>
+__device__ __forceinline__ void gemv_accum(const C (&wv)[ROWS], const void* __restrict__ x,
+                                           const bf16_t* __restrict__ nw, const float* inv, int kc, int T,
+                                           int x_stride, int K, float (&acc)[ROWS][TMAX]) {
+  constexpr int CW = WB == 2 ? 8 : GEMV_I8_CHUNK;
+  float wf[ROWS][CW];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) wchunk_to_f32<WB>(wv[r], wf[r]);
 #pragma unroll
   for (int t = 0; t < TMAX; ++t) {
     if (t < T) {
-      float xf[8];
-      load_x8<MODE>(x, nw, t, k8, x_stride, K, MODE == MODE_NORM ? inv[t] : 0.f, xf);
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r)
+      for (int h = 0; h < CW / 8; ++h) {
+        float xf[8];
+        load_x8<MODE>(x, nw, t, kc * (CW / 8) + h, x_stride, K, MODE == MODE_NORM ? inv[t] : 0.f, xf);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[r][t] = fmaf(wf[r][i], xf[i], acc[r][t]);
+        for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[r][t] = fmaf(wf[r][8 * h + i], xf[i], acc[r][t]);
+      }
     }
   }
 }
@@ -248,11 +301,11 @@ struct RopeArgs {
   QkvOut<bf16_t> out;  // q (T, Hq, D), K / V caches (Hkv, max_len, D)
 };
 
-// One weight chunk (8 bf16) of each of the block's rows at chunk index k8 (zeros past the row's end).
-template <int ROWS, typename P>
-__device__ __forceinline__ void load_w(const P (&wr)[ROWS], int k8, int K8, uint4 (&w)[ROWS]) {
+// One weight chunk (8 weights) of each of the block's rows at chunk index k8 (zeros past the row's end).
+template <int ROWS, typename P, typename C>
+__device__ __forceinline__ void load_w(const P (&wr)[ROWS], int k8, int K8, C (&w)[ROWS]) {
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) w[r] = k8 < K8 ? WLD(wr[r] + k8) : make_uint4(0u, 0u, 0u, 0u);
+  for (int r = 0; r < ROWS; ++r) w[r] = k8 < K8 ? WLD(wr[r] + k8) : zero_chunk<C>();
 }
 
 // After the reduction: red[w][r * TMAX + t] holds warp w's partial sum of output row n0 + r, token t; the
@@ -338,37 +391,51 @@ __device__ __forceinline__ void gemv_epilogue(float (*red)[ROWS * TMAX], int n0,
 // CH: weight chunks of each row in flight per thread (2, or 1 for the 8-rows-a-block kernels). Either
 // way thread tid accumulates chunks tid, tid + 256, tid + 512, ... in increasing order, so every
 // instantiation sums a token's row in the same order.
-template <int ROWS, int TMAX, int MODE, int OUT, int CH = 2>
-__device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__ x, const bf16_t* __restrict__ nw,
+// WB: bytes a weight, 2 (bf16 rows) or 1 (8-bit rows: the *_i8 kernels, W int8 codes (K % 16 == 0) and wscale
+// one fp32 scale a row; each thread's sums are scaled by its row's scale before the reduction). A thread's
+// 16-byte chunks hold 8 bf16 weights or 16 codes: chunk c covers inputs c * 16 / WB ...
+template <int ROWS, int TMAX, int MODE, int OUT, int CH = 2, int WB = 2>
+__device__ void gemv_body(const void* __restrict__ W, const void* __restrict__ x, const bf16_t* __restrict__ nw,
                           float eps, bf16_t* __restrict__ yb, float* __restrict__ yf, float* __restrict__ resid,
-                          int N, int K, int T, int x_stride, unsigned int* counter, const RopeArgs ra) {
+                          int N, int K, int T, int x_stride, unsigned int* counter, const RopeArgs ra,
+                          const float* __restrict__ wscale = nullptr) {
   __shared__ float red[GEMV_THREADS / 32][ROWS * TMAX];
   __shared__ float s_inv[TMAX];
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
   const int n0 = blockIdx.x * ROWS;
   const int K8 = K >> 3;
-  const uint4* __restrict__ wr[ROWS];
+  constexpr bool I8 = WB == 1;
+  typedef typename WChunk<WB>::type C;  // a thread's weight chunk (uint4, or uint2 for 8-code chunks)
+  const int KC = I8 ? K / GEMV_I8_CHUNK : K8;  // weight chunks a row
+  const C* __restrict__ wr[ROWS];
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) wr[r] = reinterpret_cast<const uint4*>(W + (i64)min(n0 + r, N - 1) * K);
+  for (int r = 0; r < ROWS; ++r) {
+    const i64 e = (i64)min(n0 + r, N - 1) * K;  // the row's first element
+    if constexpr (I8) wr[r] = reinterpret_cast<const C*>(reinterpret_cast<const signed char*>(W) + e);
+    else wr[r] = reinterpret_cast<const C*>(reinterpret_cast<const bf16_t*>(W) + e);
+  }
+  float wsc[ROWS];  // 8-bit rows: their scales (constant: loaded before the wait)
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) wsc[r] = I8 ? __ldg(wscale + min(n0 + (GEMV_I8_BROKEN ? 0 : r), N - 1)) : 1.f;
 #if GEMV_PREFETCH_BLOCKS > 0
   if (blockIdx.x < GEMV_PREFETCH_BLOCKS) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      if (tid < K8) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + tid));
-      if (tid + GEMV_THREADS < K8) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + tid + GEMV_THREADS));
+      if (tid < KC) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + tid));
+      if (tid + GEMV_THREADS < KC) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + tid + GEMV_THREADS));
     }
   }
 #endif
   int k8 = tid;
-  uint4 a[ROWS], b[ROWS];
+  C a[ROWS], b[ROWS];
   // one-token kernels (the decode step) load their first weight chunks before the wait: the weights are
   // constant, so those loads may be in flight while the previous kernel ends. Kernels for several
   // tokens keep the loads inside the loop (holding the chunks across the wait cost them registers:
   // 73 -> 96 for gemv16_bf16, 2 blocks a multiprocessor instead of 3)
   constexpr bool EW = GEMV_EARLY_W && TMAX == 1;
   if (EW) {
-    load_w<ROWS>(wr, k8, K8, a);
-    if (CH == 2) load_w<ROWS>(wr, k8 + GEMV_THREADS, K8, b);
+    load_w<ROWS>(wr, k8, KC, a);
+    if (CH == 2) load_w<ROWS>(wr, k8 + GEMV_THREADS, KC, b);
   }
   // epilogue operands, in flight with the weight stream instead of after the reduction (one-token
   // kernels; for several tokens the early loads cost registers: 80 -> 96 for gemv16_resnorm_bf16)
@@ -428,61 +495,67 @@ __device__ void gemv_body(const bf16_t* __restrict__ W, const void* __restrict__
     for (int t = 0; t < TMAX; ++t) acc[r][t] = 0.f;
   if (!EW) {  // loads inside the loop, in the order of the EW path below (the same sums, bit for bit)
     if (CH == 2) {
-      for (; k8 + GEMV_THREADS < K8; k8 += 2 * GEMV_THREADS) {
-        uint4 c[ROWS], d[ROWS];
+      for (; k8 + GEMV_THREADS < KC; k8 += 2 * GEMV_THREADS) {
+        C c[ROWS], d[ROWS];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) { c[r] = WLD(wr[r] + k8); d[r] = WLD(wr[r] + k8 + GEMV_THREADS); }
-        gemv_accum<ROWS, TMAX, MODE>(c, x, nw, inv, k8, T, x_stride, K, acc);
-        gemv_accum<ROWS, TMAX, MODE>(d, x, nw, inv, k8 + GEMV_THREADS, T, x_stride, K, acc);
+        gemv_accum<ROWS, TMAX, MODE, WB, C>(c, x, nw, inv, k8, T, x_stride, K, acc);
+        gemv_accum<ROWS, TMAX, MODE, WB, C>(d, x, nw, inv, k8 + GEMV_THREADS, T, x_stride, K, acc);
       }
     } else {
-      for (; k8 + GEMV_THREADS < K8; k8 += GEMV_THREADS) {
-        uint4 c[ROWS];
+      for (; k8 + GEMV_THREADS < KC; k8 += GEMV_THREADS) {
+        C c[ROWS];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) c[r] = WLD(wr[r] + k8);
-        gemv_accum<ROWS, TMAX, MODE>(c, x, nw, inv, k8, T, x_stride, K, acc);
+        gemv_accum<ROWS, TMAX, MODE, WB, C>(c, x, nw, inv, k8, T, x_stride, K, acc);
       }
     }
-    if (k8 < K8) {
-      uint4 c[ROWS];
+    if (k8 < KC) {
+      C c[ROWS];
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) c[r] = WLD(wr[r] + k8);
-      gemv_accum<ROWS, TMAX, MODE>(c, x, nw, inv, k8, T, x_stride, K, acc);
+      gemv_accum<ROWS, TMAX, MODE, WB, C>(c, x, nw, inv, k8, T, x_stride, K, acc);
     }
   }
   // EW: a (and b) hold chunks k8 (and k8 + 256): the first iteration uses them, later ones load their own
   bool pre = true;
   if (!EW) {
   } else if (CH == 2) {
-    for (; k8 + GEMV_THREADS < K8; k8 += 2 * GEMV_THREADS) {
+    for (; k8 + GEMV_THREADS < KC; k8 += 2 * GEMV_THREADS) {
       if (!pre) {
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) { a[r] = WLD(wr[r] + k8); b[r] = WLD(wr[r] + k8 + GEMV_THREADS); }
       }
       pre = false;
-      gemv_accum<ROWS, TMAX, MODE>(a, x, nw, inv, k8, T, x_stride, K, acc);
-      gemv_accum<ROWS, TMAX, MODE>(b, x, nw, inv, k8 + GEMV_THREADS, T, x_stride, K, acc);
+      gemv_accum<ROWS, TMAX, MODE, WB, C>(a, x, nw, inv, k8, T, x_stride, K, acc);
+      gemv_accum<ROWS, TMAX, MODE, WB, C>(b, x, nw, inv, k8 + GEMV_THREADS, T, x_stride, K, acc);
     }
   } else {
-    for (; k8 + GEMV_THREADS < K8; k8 += GEMV_THREADS) {
+    for (; k8 + GEMV_THREADS < KC; k8 += GEMV_THREADS) {
       if (!pre) {
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) a[r] = WLD(wr[r] + k8);
       }
       pre = false;
-      gemv_accum<ROWS, TMAX, MODE>(a, x, nw, inv, k8, T, x_stride, K, acc);
+      gemv_accum<ROWS, TMAX, MODE, WB, C>(a, x, nw, inv, k8, T, x_stride, K, acc);
     }
   }
-  if (EW && k8 < K8) {
+  if (EW && k8 < KC) {
     if (!pre) {
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) a[r] = WLD(wr[r] + k8);
     }
-    gemv_accum<ROWS, TMAX, MODE>(a, x, nw, inv, k8, T, x_stride, K, acc);
+    gemv_accum<ROWS, TMAX, MODE, WB, C>(a, x, nw, inv, k8, T, x_stride, K, acc);
   }
 #if !GEMV_TRIGGER_EARLY
   pdl_trigger();  // weights streamed: the next kernel may launch and load its own
 #endif
+  if (I8) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+      for (int t = 0; t < TMAX; ++t) acc[r][t] *= wsc[r];
+  }
   __syncthreads();  // `red` is reused below
   constexpr int NV = ROWS * TMAX;  // sums of this warp: (row r, token t) at r * TMAX + t
   if constexpr (GEMV_RS_BROKEN && NV > 8) {  // a deliberately wrong order (tests/test_cuda_gemv_tokens.py)
@@ -728,6 +801,40 @@ GEMV_INST(4, 4)
 GEMV_INST(5, 4)
 GEMV_INST(8, 4)
 GEMV_INST(16, 2)
+// one-token products on 8-bit rows (CudaDecoder(int8_weights=True): a speculative draft's steps, whose numbers
+// only decide which tokens are proposed): W int8 codes (N, K), K % 16 == 0, wscale fp32 (N,), the rest as the
+// bf16 kernels of the same name; one argument list for the plain and epilogue kernels (counter, then wscale).
+// A thread's 16-byte loads carry 16 codes: the same load count as a bf16 row of half the length
+#define GEMV_I8_KERNEL(NAME, ROWS, MODE, OUT, CH, MINB)                                                     \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME(                                             \
+      const signed char* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid, \
+      int N, int K, int T, int x_stride, unsigned int* counter, const float* wscale) {                    \
+    gemv_body<ROWS, 1, MODE, OUT, CH, 1>(W, x, nw, eps, yb, yf, resid, N, K, T, x_stride, counter,        \
+                                         RopeArgs{}, wscale);                                             \
+  }
+#define GEMV_I8_ROPE_KERNEL(NAME, MODE)                                                                    \
+  __global__ void __launch_bounds__(GEMV_THREADS) NAME(const signed char* W, const void* x, int N, int K, int T, \
+                                                       const bf16_t* bias, bf16_t* q_out, bf16_t* kc,     \
+                                                       bf16_t* vc, const int* pos, int Hq, int Hkv, int D, \
+                                                       int max_len, float theta, const bf16_t* nw, float eps, \
+                                                       const float* wscale) {                             \
+    gemv_body<4, 1, MODE, OUT_QKVROPE, 2, 1>(                                                         \
+        W, x, nw, eps, 0, 0, 0, N, K, T, K, 0,                                                            \
+        RopeArgs{bias, pos, theta, QkvOut<bf16_t>{q_out, kc, vc, Hq, Hkv, D, max_len}}, wscale);         \
+  }
+GEMV_I8_KERNEL(gemv1_i8, 4, MODE_PLAIN, OUT_PLAIN, 2, 4)
+GEMV_I8_KERNEL(gemv1_norm_i8, 4, MODE_NORM, OUT_PLAIN, 2, 4)
+GEMV_I8_KERNEL(gemv1_gusilu_i8, 4, MODE_PLAIN, OUT_GUSILU, 2, 4)
+GEMV_I8_KERNEL(gemv1_norm_gusilu_i8, 4, MODE_NORM, OUT_GUSILU, 2, 4)
+GEMV_I8_KERNEL(gemv1_resnorm_i8, 4, MODE_PLAIN, OUT_RESNORM, 2, 4)
+// many output rows (gate/up, the LM head; K <= 4096: at most one chunk a row a thread): 16 rows a block, the
+// bytes in flight of the bf16 gemv1r8_* at half the blocks
+GEMV_I8_KERNEL(gemv1r16_i8, 16, MODE_PLAIN, OUT_PLAIN, 1, 2)
+GEMV_I8_KERNEL(gemv1r16_norm_i8, 16, MODE_NORM, OUT_PLAIN, 1, 2)
+GEMV_I8_KERNEL(gemv1r16_gusilu_i8, 16, MODE_PLAIN, OUT_GUSILU, 1, 2)
+GEMV_I8_KERNEL(gemv1r16_norm_gusilu_i8, 16, MODE_NORM, OUT_GUSILU, 1, 2)
+GEMV_I8_ROPE_KERNEL(gemv1_qkvrope_i8, MODE_PLAIN)
+GEMV_I8_ROPE_KERNEL(gemv1_norm_qkvrope_i8, MODE_NORM)
 // tensor-core kernels (gemv="tc"): the plain / epilogue argument lists of the kernels above
 #define GEMV_TC_INST(NAME, TT, NT, U, MINB)                                                               \
   __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_bf16(                                       \

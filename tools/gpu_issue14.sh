@@ -139,35 +139,47 @@ fast)  # the compact attention kernel (attn_partial_bf16_d64/_d128): tests, a br
   PAT='cost model|decode step|rc=|Error' run spec_tc 90 python3 project/bench/throughput.py --spec --spec-pair coder --gammas 3 4 5 6 --max-len 32768 --gemv tc
   PAT='decode step|tokens/sec|rc=|Error' run target_ours 60 python3 project/bench/throughput.py --shape qwen2.5-coder-1.5b --max-len 32768 --gemv ours
   ;;
-next)  # round 9's first call: the evict-first weight loads as the default build and the 8-bit draft LM head
-  # (kernels/lmhead.cu), both written in round 8 and not yet run on a GPU: the whole GPU suite on that build,
-  # broken builds, then same-call timings
+i8)  # round 9, call 2: the draft's one-token steps on 8-bit rows (kernels/gemv.cu gemv1*_i8); carry
+  # minitorch/cuda_kernels and .probe/vars (i8b: a -DGEMV_I8_BROKEN=1 gemv build)
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-  log build
-  NVCC_FLAGS="-DGEMV_W_STREAM=1" ./compile_cuda.sh > "$OUT/build_ws.log" 2>&1; echo "ws build rc=$?"
-  G="-gencode=arch=compute_90,code=sm_90"; mkdir -p /tmp/v_lhb /tmp/v_ws0 /tmp/v_ptc /tmp/v_ptct
-  nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -DLH_BROKEN=1 -o /tmp/v_lhb/lmhead.fatbin kernels/lmhead.cu
-  nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -o /tmp/v_ws0/gemv.fatbin kernels/gemv.cu
-  nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -DPT_COMPACT=1 -o /tmp/v_ptc/persistent.fatbin kernels/persistent.cu
-  nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes -DPT_COMPACT=1 -DPT_TIMING=1 -o /tmp/v_ptct/persistent.fatbin kernels/persistent.cu
-  for d in /tmp/v_lhb /tmp/v_ws0 /tmp/v_ptc /tmp/v_ptct; do for f in minitorch/cuda_kernels/*.fatbin; do [ -f $d/$(basename $f) ] || cp $f $d/; done; done
-  PAT='passed|failed|rc=|Error' TAILN=30 run tests_all 330 python3 -m pytest -q -m gpu -p no:cacheprovider
-  PAT='passed|failed|rc=' run broken_lh 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_lhb python3 -m pytest -q -m gpu \
-      -p no:cacheprovider tests/test_cuda_lmhead.py
+  V=.probe/vars
+  [ -f minitorch/cuda_kernels/gemv.fatbin ] && [ -d $V/i8b ] || { echo "carry minitorch/cuda_kernels and $V"; exit 2; }
+  for d in $V/*; do for f in minitorch/cuda_kernels/*.fatbin; do [ -f $d/$(basename $f) ] || cp $f $d/; done; done
+  PAT='passed|failed|rc=|Error' TAILN=30 run tests_int8 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cuda_int8.py
+  PAT='passed|failed|rc=' run broken_i8 60 env MINITORCH_CUDA_BUILD_DIR=$V/i8b python3 -m pytest -q -m gpu \
+      -p no:cacheprovider tests/test_cuda_int8.py
   S="--spec --spec-pair coder --gammas 3 4 5 --max-len 32768 --gemv tc"
   P='cost model|decode step|rc=|Error'
-  PAT=$P run spec_ws 60 python3 project/bench/throughput.py $S
-  PAT=$P run spec_ws_head8 60 python3 project/bench/throughput.py $S --lm-head-int8 draft
-  PAT=$P run spec_ws0 60 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_ws0 python3 project/bench/throughput.py $S
-  # the compact persistent kernel (-DPT_COMPACT=1, written in round 8): its tests, its step, its phases
-  PAT='passed|failed|rc=' run tests_ptc 90 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_ptc python3 -m pytest -q -m gpu \
-      -p no:cacheprovider tests/test_cuda_persistent.py
   S0="--shape qwen2.5-coder-0.5b --max-len 32768 --gemv ours"
-  PAT='decode step|rc=|Error' run s_kernels 40 python3 project/bench/throughput.py $S0
-  PAT='decode step|rc=|Error' run s_pt 40 python3 project/bench/throughput.py $S0 --persistent on
-  PAT='decode step|rc=|Error' run s_ptc 40 env MINITORCH_CUDA_BUILD_DIR=/tmp/v_ptc python3 project/bench/throughput.py $S0 --persistent on
-  PAT='T=|rc=|Error' run phases_ptc 60 env PYTHONPATH=. MINITORCH_CUDA_BUILD_DIR=/tmp/v_ptct python3 tools/pt_phases.py
-  cd "$OUT" && tar czf all_next.tgz *.log && rm -f spec_*.log s_*.log build_ws.log
+  PAT='decode step|rc=|Error' run s05_bf16 40 python3 project/bench/throughput.py $S0
+  PAT='decode step|rc=|Error' run s05_int8 40 python3 project/bench/throughput.py $S0 --int8 on
+  PAT='decode step|rc=|Error' run s05_bf16b 40 python3 project/bench/throughput.py $S0
+  PAT='decode step|rc=|Error' run s05_int8b 40 python3 project/bench/throughput.py $S0 --int8 on
+  PAT='decode step|rc=|Error' run s15_int8 40 python3 project/bench/throughput.py --shape qwen2.5-coder-1.5b --max-len 32768 --gemv ours --int8 on
+  PAT=$P run spec_bf16 60 python3 project/bench/throughput.py $S
+  PAT=$P run spec_int8 60 python3 project/bench/throughput.py $S --int8 draft
+  PAT='passed|failed|rc=|Error' TAILN=30 run tests_all 330 python3 -m pytest -q -m gpu -p no:cacheprovider
+  cd "$OUT" && tar czf all_i8.tgz *.log && rm -f spec_*.log s05_*.log
+  ;;
+i8v)  # round 9, last call: 8-bit draft rows, variants of the chunk (8 / 16 codes) and the code -> float
+  # conversion (byte permute / I2F); carry minitorch/cuda_kernels (default: 8 codes, permute) and .probe/vars
+  V=.probe/vars
+  [ -f minitorch/cuda_kernels/gemv.fatbin ] && [ -d $V/i8b ] || { echo "carry minitorch/cuda_kernels and $V"; exit 2; }
+  for d in $V/*; do for f in minitorch/cuda_kernels/*.fatbin; do [ -f $d/$(basename $f) ] || cp $f $d/; done; done
+  S0="--shape qwen2.5-coder-0.5b --max-len 32768 --gemv ours"
+  PD='decode step|rc=|Error'
+  PAT=$PD run s05_bf16 40 python3 project/bench/throughput.py $S0
+  PAT=$PD run s05_c8p 40 python3 project/bench/throughput.py $S0 --int8 on
+  for v in c8i c16p c16i; do PAT=$PD run s05_$v 40 env MINITORCH_CUDA_BUILD_DIR=$V/$v python3 project/bench/throughput.py $S0 --int8 on; done
+  PAT=$PD run s05_bf16b 40 python3 project/bench/throughput.py $S0
+  PAT=$PD run s05_c8pb 40 python3 project/bench/throughput.py $S0 --int8 on
+  PAT='passed|failed|rc=|Error' TAILN=30 run tests_int8 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cuda_int8.py \
+      tests/test_cuda_sampling.py tests/test_cuda_model.py
+  PAT='passed|failed|rc=' run broken_i8 60 env MINITORCH_CUDA_BUILD_DIR=$V/i8b python3 -m pytest -q -m gpu \
+      -p no:cacheprovider tests/test_cuda_int8.py
+  for v in c8i c16p c16i; do PAT='passed|failed|rc=' run t_$v 40 env MINITORCH_CUDA_BUILD_DIR=$V/$v python3 -m pytest -q -m gpu \
+      -p no:cacheprovider tests/test_cuda_int8.py -k "float64"; done
+  cd "$OUT" && tar czf all_i8v.tgz *.log && rm -f s05_*.log t_*.log
   ;;
 realtc)  # after `.stage/assemble.sh join`: the tensor-core exact mode (default) against gemv "ours", real pair
   export MINITORCH_SPEC_CACHE=/root/cache

@@ -44,8 +44,10 @@ from .runtime import get_cupy, kernels
 
 ATT_SLOT_BLOCKS = 264  # attention partial blocks a step aims at (two per SM of an H200) ...
 ATT_MIN_SLOTS = 32  # ... with at least this many split slots (long prefill steps have many row groups)
-LH_KMAX = 8192  # kernels/lmhead.cu: the 8-bit LM head's largest input size ...
-LH_ROWS_PER_BLOCK = 32  # ... and rows a block (8 warps of 4 rows)
+# kernels/gemv.cu's one-token products on 8-bit rows (CudaDecoder(int8_weights=True)) by input / output mode:
+# 4 output rows a block, or 16 for products of many rows (N > 8192, K <= 4096: gate/up, the LM head)
+I8_MODES = ("", "_norm", "_gusilu", "_norm_gusilu", "_resnorm", "_qkvrope", "_norm_qkvrope")
+I8_BIG_MODES = ("", "_norm", "_gusilu", "_norm_gusilu")
 ATT_STEP_ROWS = 16  # steps of at most this many tokens (decode, verify) share one attention split size
 PT_THREADS = 512  # kernels/persistent.cu: threads a block, ...
 PT_KS_MAX = 128  # ... keys per attention split at most, ...
@@ -118,7 +120,7 @@ class CudaDecoder:
                  silu: str = "gateup", norm_epilogue: bool = True, qkv_rope: bool = True, rows1: int = 4,
                  rows_big: int = 8, attn: str = "split", qkv_norm: str = "auto",
                  attn_kb: Optional[int] = None, tc_wide: bool = True, persistent: bool = False,
-                 lm_head_int8: bool = False) -> None:
+                 int8_weights: bool = False) -> None:
         """gemv: which steps run their products in kernels/gemv.cu (SwiGLU and the residual add
         fused in): "ours1" one-token steps (default: verify steps then cost about one decode
         step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
@@ -168,10 +170,14 @@ class CudaDecoder:
         reach the output; deterministic run to run. On the H200 not yet faster than the separate kernels
         (0.5B step 0.959 vs 0.854 ms, docs/GPU_RESULTS.md round 7). Needs silu="gateup", qkv_rope, a head
         size that is a multiple of 8 and <= 128, Hq / Hkv <= 8.
-        lm_head_int8: steps that choose one token (a draft's) run the LM head on 8-bit copies of its rows
-        with a scale per row (quantize_rows_int8; kernels/lmhead.cu): half its bytes. For a speculative draft
-        only: its logits differ from the bf16 head's by up to sum|x| * scale / 2 per row, and a draft's
-        numbers never reach the output; steps with every row's logits (a verify) keep the bf16 head."""
+        int8_weights: one-token steps (a speculative draft's) run every projection and the LM head on 8-bit
+        copies of the weight rows, one scale a row (quantize_rows_int8; kernels/gemv.cu gemv1*_i8): half the
+        bytes a step reads. For a speculative draft only: its numbers differ from the bf16 rows' (each row's
+        sum by up to sum|x| * scale / 2), and a draft's numbers never reach the output. Steps of several
+        tokens (prefill) keep the bf16 rows, which stay resident too. Experimental, not faster yet: on the
+        H200 the 0.5B step took 0.686 ms (8-code chunks, I2F) and 0.755 ms (16-code chunks, I2F) against
+        0.660 ms with bf16 rows (docs/GPU_RESULTS.md round 9); the default build's byte-permute conversion
+        (GEMV_I8_PRMT) has not run on a GPU yet."""
         if rows1 not in (2, 4):
             raise ValueError(f"rows1 must be 2 or 4, got {rows1!r}")
         if rows_big not in (4, 8):
@@ -296,15 +302,22 @@ class CudaDecoder:
         self.persistent = bool(persistent)
         if self.persistent:
             self._persistent_setup()
-        self.lm_head_q = self.lm_head_s = None
-        if lm_head_int8:
-            if H % 16 or H > LH_KMAX:
-                raise ValueError(f"lm_head_int8 needs a hidden size that is a multiple of 16 and <= {LH_KMAX}, got {H}")
-            self.lm_head_q = cp.empty((V, H), cp.int8)
-            self.lm_head_s = cp.empty(V, cp.float32)
-            for r in range(0, V, 16384):  # a slice at a time: the float32 copy of the whole head is large
-                w = (self.lm_head[r:r + 16384].astype(cp.uint32) << 16).view(cp.float32)
-                self.lm_head_q[r:r + 16384], self.lm_head_s[r:r + 16384] = quantize_rows_int8(cp, w)
+        # int8_weights: 8-bit copies of the projection rows, keyed by the bf16 array's device pointer
+        self.q8: Dict[int, "tuple[Any, Any]"] = {}
+        if int8_weights:
+            if self.persistent:
+                raise ValueError("int8_weights and persistent cannot be combined")
+            if H % 16 or I % 16 or (Hq * D) % 16:
+                raise ValueError(f"int8_weights needs input sizes that are multiples of 16 (hidden {H}, "
+                                 f"intermediate {I}, heads x head size {Hq * D})")
+            for w in [lw[n] for lw in self.layers for n in ("qkv", "o", "gate_up", "down")] + [self.lm_head]:
+                if w.data.ptr in self.q8:
+                    continue
+                codes, scales = cp.empty(w.shape, cp.int8), cp.empty(w.shape[0], cp.float32)
+                for r in range(0, w.shape[0], 16384):  # a slice at a time: float32 copies of big rows are large
+                    f = (w[r:r + 16384].astype(cp.uint32) << 16).view(cp.float32)
+                    codes[r:r + 16384], scales[r:r + 16384] = quantize_rows_int8(cp, f)
+                self.q8[w.data.ptr] = (codes, scales)
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.graphs: Dict[Any, Any] = {}
 
@@ -389,12 +402,28 @@ class CudaDecoder:
         rows -> yb = SwiGLU product) or "_resnorm" (resid += x @ w^T, then yb = RMSNorm(resid) * nw)."""
         name, rows = self._kname(M, N, mode, K)
         z = np.uint64(0)
+        q8 = self._q8(w, M, N, mode, K)
+        if q8 is not None:
+            name, rows, w = q8[0], q8[1], q8[2]
         args = (w, x, nw if nw is not None else z, np.float32(self.eps), yb if yb is not None else z,
                 yf if yf is not None else z, resid if resid is not None else z, np.int32(N), np.int32(K),
                 np.int32(M), np.int32(2 * K if mode == "_silu" else K))
-        if mode in ("_gusilu", "_resnorm", "_norm_gusilu"):
+        if q8 is not None:
+            args = args + (self.counter, q8[3])
+        elif mode in ("_gusilu", "_resnorm", "_norm_gusilu"):
             args = args + (self.counter,)
         self.k.launch(name, (math.ceil(N / rows),), (256,), args)
+
+    def _q8(self, w: Any, M: int, N: int, mode: str, K: int) -> "Optional[tuple]":
+        """(kernel, rows a block, codes, scales) of the 8-bit one-token product for weight w (int8_weights),
+        or None: a step of several tokens, or a weight without 8-bit rows."""
+        if M != 1 or not self.q8 or w.data.ptr not in self.q8:
+            return None
+        if mode not in I8_MODES:  # an input mode without 8-bit kernels (_silu: silu="down")
+            return None
+        big = N > 8192 and K <= 4096 and mode in I8_BIG_MODES
+        codes, scales = self.q8[w.data.ptr]
+        return f"gemv1{'r16' if big else ''}{mode}_i8", (16 if big else 4), codes, scales
 
     def _gemm(self, x: Any, w: Any, y: Any, M: int, N: int, K: int, out_f32: bool = False) -> None:
         """y[M, N] = x[M, K] @ w[N, K]^T (bf16, or fp32 logits)."""
@@ -480,18 +509,19 @@ class CudaDecoder:
             bias = lw["qkv_bias"] if lw["qkv_bias"] is not None else np.uint64(0)
             if self.qkv_rope and ours:  # rope + KV append in the QKV GEMV's epilogue
                 tail = (i32(Hq), i32(Hkv), i32(D), i32(self.max_len), np.float32(self.theta))
-                if qkv_consumer and delta is None:  # the residual stream is complete: normalise here
-                    name, rows = self._kname(T, H3 * D, "_norm_qkvrope")
-                    k.launch(name, (math.ceil(H3 * D / rows),), (256,),
-                             (lw["qkv"], self.resid, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"],
-                              self.pos) + tail + (lw["ln1"], np.float32(self.eps)))
-                else:
-                    if delta is not _NORMED:
-                        self._norm(delta, lw["ln1"], T)
-                    name, rows = self._kname(T, H3 * D, "_qkvrope")
-                    k.launch(name, (math.ceil(H3 * D / rows),), (256,),
-                             (lw["qkv"], self.xn, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"],
-                              self.pos) + tail)
+                mode = "_norm_qkvrope" if qkv_consumer and delta is None else "_qkvrope"
+                if mode == "_qkvrope" and delta is not _NORMED:
+                    self._norm(delta, lw["ln1"], T)
+                x, w = (self.resid, lw["qkv"]) if mode == "_norm_qkvrope" else (self.xn, lw["qkv"])
+                name, rows = self._kname(T, H3 * D, mode)
+                norm_args = (lw["ln1"], np.float32(self.eps)) if mode == "_norm_qkvrope" else ()
+                q8 = self._q8(w, T, H3 * D, mode, H)
+                if q8 is not None:  # the 8-bit kernels take (nw, eps) either way, then the scales
+                    name, rows, w = q8[0], q8[1], q8[2]
+                    norm_args = (lw["ln1"] if norm_args else np.uint64(0), np.float32(self.eps), q8[3])
+                k.launch(name, (math.ceil(H3 * D / rows),), (256,),
+                         (w, x, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"], self.pos) + tail
+                         + norm_args)
             else:
                 self._normed_proj(delta, lw["ln1"], lw["qkv"], T, H3 * D, yb=self.qkv)
                 k.launch("qkv_rope_append_il_bf16" if self.qkv_rope else "qkv_rope_append_bf16", (T, H3),
@@ -525,13 +555,7 @@ class CudaDecoder:
         k, i32 = self.k, np.int32
         r0 = 0 if all_logits else T - 1
         rows = T - r0
-        if self.lm_head_q is not None and rows == 1:  # a draft's one token: the 8-bit head (kernels/lmhead.cu)
-            if delta is not _NORMED:
-                self._norm(delta, self.final_norm, T)
-            k.launch("lmhead_i8_f32", (math.ceil(self.nv / LH_ROWS_PER_BLOCK),), (256,),
-                     (self.lm_head_q, self.lm_head_s, self.xn[T - 1], self.logits, i32(self.nv), i32(self.H)))
-        else:
-            self._normed_proj(delta, self.final_norm, self.lm_head, T, self.nv, r0=r0, yf=self.logits)
+        self._normed_proj(delta, self.final_norm, self.lm_head, T, self.nv, r0=r0, yf=self.logits)
         if self.sampling is None:
             nch, chunk = argmax_plan(self.nv)
             k.launch("argmax_partial_f32", (nch, rows), (256,), (self.logits, self.am_v, self.am_i, i32(self.nv), i32(chunk)))

@@ -172,7 +172,7 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
                       silu=args.silu, norm_epilogue=args.norm_epilogue == "on", qkv_rope=args.qkv_rope == "on",
                       rows1=args.rows1, rows_big=args.rows_big, attn=args.attn, qkv_norm=args.qkv_norm,
                       attn_kb=args.attn_kb, tc_wide=args.tc_wide == "on",
-                      persistent=for_this(args.persistent), lm_head_int8=for_this(args.lm_head_int8))
+                      persistent=for_this(args.persistent), int8_weights=for_this(args.int8))
     del w
     cp.get_default_memory_pool().free_all_blocks()
     setup = time.perf_counter() - t0
@@ -400,8 +400,9 @@ def main(argv: List[str] | None = None) -> int:
     which, which_help = ["off", "on", "draft"], ": off (default), on (every model), draft (only --spec's draft)"
     ap.add_argument("--persistent", choices=which, default="off",
                     help="steps of 1-2 tokens run every layer in one cooperative kernel (kernels/persistent.cu)" + which_help)
-    ap.add_argument("--lm-head-int8", choices=which, default="off",
-                    help="one-token steps read an 8-bit copy of the LM head (kernels/lmhead.cu)" + which_help)
+    ap.add_argument("--int8", choices=which, default="off",
+                    help="one-token steps read 8-bit copies of every projection's rows and the LM head "
+                         "(CudaDecoder(int8_weights=True), kernels/gemv.cu gemv1*_i8)" + which_help)
     ap.add_argument("--fuse-norm", action="store_true",
                     help="compute RMSNorm inside every GEMV that reads a normalised input (QKV, gate/up, LM head) "
                          "instead of in the previous projection's last block")
@@ -474,7 +475,7 @@ def main(argv: List[str] | None = None) -> int:
           f"greedy, bf16, gemv={args.gemv}, fuse_norm={args.fuse_norm}, pdl={args.pdl}, silu={args.silu}, "
           f"norm_epilogue={args.norm_epilogue}, qkv_rope={args.qkv_rope}, rows1={args.rows1}, "
           f"rows_big={args.rows_big}, attn={args.attn}, qkv_norm={args.qkv_norm}, persistent={args.persistent}, "
-          f"lm_head_int8={args.lm_head_int8}; "
+          f"int8={args.int8}; "
           f"kernels from {BUILD_DIR}")
     results: Dict[str, Any] = dict(device=dev, copy_bw=bw, shapes={})
     decs = {}
