@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Issue 14 device calls (run from the repository root on the GPU machine; logs under $OUT).
-#   bash tools/gpu_issue14.sh diag   random weights: build old (.snap/base) and new kernels, GPU tests,
-#                                      A/B of the long cache (tools/ab_long_cache.py), R1 --spec cost model
-#   bash tools/gpu_issue14.sh real   real offline pair (after .stage/assemble.sh join): bench --model,
-#                                      benchmarks (greedy, sampled), demo
+# Issue 14 device calls, one mode a call (run from the repository root on the GPU machine; logs under $OUT,
+# LIMIT = the call's seconds). Each mode's comment says what to carry. The next session's first call:
+#   bash tools/gpu_issue14.sh i8v      the 8-bit draft rows' variants (byte permute / I2F, 8 / 16 codes), tests
+# Real weights: after `.stage/assemble.sh join` (../shared/tools/stage_weights.sh):
+#   bash tools/gpu_issue14.sh realtc   the benchmarks of docs/GPU_RESULTS.md (tc default vs gemv ours), the demo
+# Earlier rounds' modes (rs, tc, pt, probe, fast, i8, real) are kept to re-run their measurements.
 set -u
 OUT="${OUT:-/tmp/gpu14}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -19,20 +20,7 @@ run() {  # run NAME TIMEOUT CMD...: log to $OUT/NAME.log, print its tail
   timeout "$t" "$@" > "$OUT/$name.log" 2>&1; echo "rc=$?" >> "$OUT/$name.log"
   grep -E "${PAT:-tokens/sec|speedup|passed|failed|error|Error|rc=|tree|cost model|engine|decode step}" "$OUT/$name.log" | cut -c1-260 | tail -${TAILN:-14}
 }
-case "${1:-diag}" in
-diag)
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-  log build
-  (./compile_cuda.sh > "$OUT/build_new.log" 2>&1; echo "new rc=$?") &
-  (cd .snap/base && ./compile_cuda.sh > "$OUT/build_base.log" 2>&1; echo "base rc=$?") &
-  wait
-  run tests 170 python3 -m pytest -q -x -m gpu tests/test_cuda_long_cache.py tests/test_cuda_attention.py \
-      tests/test_cuda_model.py -k "long_cache or attention or exact or variants or greedy_speculative"
-  PAT='tree' TAILN=12 run ab_new 100 env PYTHONPATH=. python3 tools/ab_long_cache.py new
-  PAT='tree' TAILN=12 run ab_base 100 env PYTHONPATH=.snap/base python3 tools/ab_long_cache.py base
-  run spec_r1_exact 120 python3 project/bench/throughput.py --spec --gemv ours --gammas 2 3 4 5 6 --json "$OUT/spec_r1_exact.json"
-  run spec_r1_fast 100 python3 project/bench/throughput.py --spec --gemv ours1 --gammas 2 3 4 5 6 --json "$OUT/spec_r1_fast.json"
-  ;;
+case "${1:-}" in
 rs)  # the verify GEMVs' reduce-scatter: bits, a deliberately broken order, A/B against -DGEMV_RS=0
   G="-gencode=arch=compute_90,code=sm_90"
   mkdir -p /tmp/v_rs0 /tmp/v_broken
@@ -214,6 +202,9 @@ real)  # after `.stage/assemble.sh join`; the wheels (gguf, math-verify) carried
   PAT='tokens/sec|Bandwidth|decode step|rc=|Error|error' OUT=$L run bench_draft 90 python3 project/bench/throughput.py --model $D --engine --max-len 32768 --json $L/bench_draft.json
   PAT='speedup|accuracy|alpha|tok/s|tokens/s|identical|same|rc=|Error|error' TAILN=25 OUT=$L run gsm8k_fast 150 python3 project/benchmark_gsm8k.py $B --fast-verify -o $L/gsm8k_fast.jsonl
   tar czf "$OUT/real_logs.tgz" -C /tmp gpu14logs
+  ;;
+*)
+  echo "usage: bash tools/gpu_issue14.sh MODE (the modes: the comments at the top and at each mode)"; exit 2
   ;;
 esac
 log done
