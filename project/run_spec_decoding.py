@@ -141,9 +141,9 @@ def print_comparison(spec: GenerationResult, target: GenerationResult | None) ->
     model_pred = cost_model_speedup(st, target.stats) if target is not None else None
     if model_pred is not None:
         t_draft, t_verify, t_step = forward_times(st, target.stats)
-        print(f"Cost model with measured forwards (draft {t_draft * 1e3:.0f} ms, verify "
-              f"{t_verify * 1e3:.0f} ms = {t_verify / t_step:.2f}x a "
-              f"{t_step * 1e3:.0f} ms target step): {model_pred:.2f}x | measured: {measured:.2f}x")
+        ms = lambda t: f"{t * 1e3:.3g} ms"  # noqa: E731  (3 significant digits: GPU steps are below 1 ms)
+        print(f"Cost model with measured forwards (draft {ms(t_draft)}, verify {ms(t_verify)} = "
+              f"{t_verify / t_step:.2f}x a {ms(t_step)} target step): {model_pred:.2f}x | measured: {measured:.2f}x")
 
 
 def run_prompt(models: Models, s: Settings, prompt: str, as_json: bool = False) -> dict[str, Any]:

@@ -64,6 +64,21 @@ def test_default_output_has_the_seed_format(fake_models, capsys):
     assert any(line.startswith("Predicted speedup (Leviathan") and "measured" in line for line in out[8:])
 
 
+def test_cost_model_line_keeps_sub_millisecond_forwards(capsys):
+    """GPU forwards take well under a millisecond: the line shows them with 3 significant digits (it printed
+    "draft 1 ms, verify 2 ms ... a 1 ms target step" for 0.7 / 1.7 / 1.4 ms before)."""
+    from minitorch.generation.stats import GenerationResult, cost_model_speedup
+
+    spec = dict(accepted=30, rounds=10, tau=4.0, token_acceptance=0.9, mean_gamma=4.0, cost_ratio_c=0.5,
+                predicted_speedup=1.7, tokens_per_s=900.0, time_draft=40 * 0.000712, draft_forwards=40,
+                time_verify=10 * 0.00166, target_forwards=10)
+    target = dict(tokens_per_s=700.0, time_verify=40 * 0.00142, target_forwards=40)
+    prog.print_comparison(GenerationResult([1], "length", spec), GenerationResult([1], "length", target))
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("Cost model")][0]
+    assert "draft 0.712 ms, verify 1.66 ms = 1.17x a 1.42 ms target step" in line
+    assert f"{cost_model_speedup(spec, target):.2f}x | measured: 1.29x" in line
+
+
 def test_json_is_one_object_with_stats(fake_models, capsys):
     from minitorch.generation import NGramDrafter, SamplingConfig, speculative_generate
 
