@@ -393,7 +393,7 @@ __device__ __forceinline__ void gemv_epilogue(float (*red)[ROWS * TMAX], int n0,
 // instantiation sums a token's row in the same order.
 // WB: bytes a weight, 2 (bf16 rows) or 1 (8-bit rows: the *_i8 kernels, W int8 codes (K % 16 == 0) and wscale
 // one fp32 scale a row; each thread's sums are scaled by its row's scale before the reduction). A thread's
-// 16-byte chunks hold 8 bf16 weights or 16 codes: chunk c covers inputs c * 16 / WB ...
+// chunk c holds 8 bf16 weights or GEMV_I8_CHUNK codes: inputs c * CW ... c * CW + CW - 1.
 template <int ROWS, int TMAX, int MODE, int OUT, int CH = 2, int WB = 2>
 __device__ void gemv_body(const void* __restrict__ W, const void* __restrict__ x, const bf16_t* __restrict__ nw,
                           float eps, bf16_t* __restrict__ yb, float* __restrict__ yf, float* __restrict__ resid,
