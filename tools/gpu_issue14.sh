@@ -2,7 +2,7 @@
 # Issue 14 device calls, one mode a call (run from the repository root on the GPU machine; logs under $OUT,
 # LIMIT = the call's seconds). Each mode's comment says what to carry. The next session's first call:
 #   bash tools/gpu_issue14.sh i8v      the 8-bit draft rows' variants (byte permute / I2F, 8 / 16 codes), tests
-# Real weights: after `.stage/assemble.sh join` (../shared/tools/stage_weights.sh):
+# Real weights: after `.stage/assemble.sh join` (the staging tool beside the repository writes .stage/):
 #   bash tools/gpu_issue14.sh realtc   the benchmarks of docs/GPU_RESULTS.md (tc default vs gemv ours), the demo
 # Earlier rounds' modes (rs, tc, pt, probe, fast, i8, real) are kept to re-run their measurements.
 set -u

@@ -168,7 +168,7 @@ class CudaDecoder:
         token choice as usual. Meant for a speculative draft's latency-bound steps: its numbers differ from
         the other modes' in the last bits (fp32 activations, its own summation order), and a draft's never
         reach the output; deterministic run to run. On the H200 not yet faster than the separate kernels
-        (0.5B step 0.959 vs 0.854 ms, docs/GPU_RESULTS.md round 7). Needs silu="gateup", qkv_rope, a head
+        (0.5B step 0.956 vs 0.664 ms, docs/GPU_RESULTS.md round 9). Needs silu="gateup", qkv_rope, a head
         size that is a multiple of 8 and <= 128, Hq / Hkv <= 8.
         int8_weights: one-token steps (a speculative draft's) run every projection and the LM head on 8-bit
         copies of the weight rows, one scale a row (quantize_rows_int8; kernels/gemv.cu gemv1*_i8): half the
@@ -512,7 +512,7 @@ class CudaDecoder:
                 mode = "_norm_qkvrope" if qkv_consumer and delta is None else "_qkvrope"
                 if mode == "_qkvrope" and delta is not _NORMED:
                     self._norm(delta, lw["ln1"], T)
-                x, w = (self.resid, lw["qkv"]) if mode == "_norm_qkvrope" else (self.xn, lw["qkv"])
+                x, w = self.resid if mode == "_norm_qkvrope" else self.xn, lw["qkv"]
                 name, rows = self._kname(T, H3 * D, mode)
                 norm_args = (lw["ln1"], np.float32(self.eps)) if mode == "_norm_qkvrope" else ()
                 q8 = self._q8(w, T, H3 * D, mode, H)
