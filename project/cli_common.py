@@ -60,6 +60,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "layer, the faster on the H200 so far) or as one persistent kernel for all layers "
                         "(kernels/persistent.cu: grid-wide barriers; experimental, docs/GPU_RESULTS.md round 7). The "
                         "draft only proposes tokens, so this changes speed and acceptance, never the output")
+    g.add_argument("--gpu-prefill", choices=("eager", "graph"), default="eager",
+                   help="cuda: fill the prompt's cache with eager steps (default) or with one captured graph a chunk of "
+                        "128 tokens, the chunk padded (CudaDecoder.fill_cache: one launch instead of an eager step's ~10 "
+                        "a layer from Python). Experimental: not yet run on a GPU")
     g.add_argument("--draft-quant", choices=("auto", "q4", "file"), default="auto",
                    help="cpu, packed GGUF draft: q4 = the draft's 8-bit-code tensors requantized to 4 bits once (about "
                         "half the bytes a draft step reads; the draft's weights change only how many drafts are "
@@ -232,7 +236,8 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
     def decoder(name: str, kind: str, persistent: bool = False) -> tuple[Any, Any]:
         model, tok = load_model(name, backend=FastBackend, dtype="float32", progress=progress, weights="float32")
         limit = int(getattr(model.config, "max_position_embeddings", 0) or GPU_MAX_LEN)
-        kw = dict(max_len=min(limit, GPU_MAX_LEN), gemv=kind)
+        kw = dict(max_len=min(limit, GPU_MAX_LEN), gemv=kind,
+                  graph_prefill=getattr(args, "gpu_prefill", "eager") == "graph")
         w = weights_from_model(model)
         if persistent:
             try:

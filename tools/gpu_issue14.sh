@@ -4,6 +4,7 @@
 #   bash tools/gpu_issue14.sh i8v      the 8-bit draft rows' variants (byte permute / I2F, 8 / 16 codes), tests
 # Real weights: after `.stage/assemble.sh join` (the staging tool beside the repository writes .stage/):
 #   bash tools/gpu_issue14.sh realtc   the benchmarks of docs/GPU_RESULTS.md (tc default vs gemv ours), the demo
+#   bash tools/gpu_issue14.sh realpf   --gpu-prefill eager against graph (the prompt's cache in one graph a chunk)
 # Earlier rounds' modes (rs, tc, pt, probe, fast, i8, real) are kept to re-run their measurements.
 set -u
 OUT="${OUT:-/tmp/gpu14}"; mkdir -p "$OUT"
@@ -167,6 +168,8 @@ i8v)  # round 9, last call: 8-bit draft rows, variants of the chunk (8 / 16 code
       -p no:cacheprovider tests/test_cuda_int8.py
   for v in c8i c16p c16i; do PAT='passed|failed|rc=' run t_$v 40 env MINITORCH_CUDA_BUILD_DIR=$V/$v python3 -m pytest -q -m gpu \
       -p no:cacheprovider tests/test_cuda_int8.py -k "float64"; done
+  # graph prefill (CudaDecoder.fill_cache, --gpu-prefill graph), written after the last call of round 9
+  PAT='passed|failed|rc=|Error' TAILN=20 run tests_prefill 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cuda_prefill.py
   cd "$OUT" && tar czf all_i8v.tgz *.log && rm -f s05_*.log t_*.log
   ;;
 realtc)  # after `.stage/assemble.sh join`: the tensor-core exact mode (default) against gemv "ours", real pair
@@ -185,6 +188,18 @@ realtc)  # after `.stage/assemble.sh join`: the tensor-core exact mode (default)
   PAT=$PB run bench_target_ours 70 python3 project/bench/throughput.py --model $T --engine --max-len 32768 --gemv ours
   PAT='.' TAILN=12 run demo 60 python3 project/run_spec_decoding.py --backend cuda
   cd "$OUT" && tar czf real_tc.tgz *.log *.jsonl *.json 2>/dev/null; rm -f *.jsonl *.log *.json
+  ;;
+realpf)  # after `.stage/assemble.sh join`: --gpu-prefill eager against graph, same call (carry .whl, minitorch/cuda_kernels)
+  export MINITORCH_SPEC_CACHE=/root/cache
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+  B="--limit 20 --backend cuda --no-plots --no-progress"
+  PG='speedup|^spec |^target |identical|same|rc=|Error|error'
+  PAT=$PG TAILN=8 run gsm8k_eager 130 python3 project/benchmark_gsm8k.py $B -o $OUT/gsm8k_eager.jsonl
+  PAT=$PG TAILN=8 run gsm8k_graph 130 python3 project/benchmark_gsm8k.py $B --gpu-prefill graph -o $OUT/gsm8k_graph.jsonl
+  PAT=$PG TAILN=8 run gsm8k_graph_ours 130 python3 project/benchmark_gsm8k.py $B --gpu-prefill graph --gpu-gemv ours -o $OUT/gsm8k_graph_ours.jsonl
+  PAT=$PG TAILN=8 run math500_graph 140 python3 project/benchmark_limo.py --dataset math500 $B --gpu-prefill graph -o $OUT/math500_graph.jsonl
+  cd "$OUT" && tar czf real_pf.tgz *.log *.jsonl *.json 2>/dev/null; rm -f *.jsonl *.log *.json
   ;;
 real)  # after `.stage/assemble.sh join`; the wheels (gguf, math-verify) carried in .whl
   export MINITORCH_SPEC_CACHE=/root/cache

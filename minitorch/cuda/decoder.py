@@ -120,7 +120,7 @@ class CudaDecoder:
                  silu: str = "gateup", norm_epilogue: bool = True, qkv_rope: bool = True, rows1: int = 4,
                  rows_big: int = 8, attn: str = "split", qkv_norm: str = "auto",
                  attn_kb: Optional[int] = None, tc_wide: bool = True, persistent: bool = False,
-                 int8_weights: bool = False) -> None:
+                 int8_weights: bool = False, graph_prefill: bool = False) -> None:
         """gemv: which steps run their products in kernels/gemv.cu (SwiGLU and the residual add
         fused in): "ours1" one-token steps (default: verify steps then cost about one decode
         step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
@@ -177,7 +177,9 @@ class CudaDecoder:
         tokens (prefill) keep the bf16 rows, which stay resident too. Experimental, not faster yet: on the
         H200 the 0.5B step took 0.686 ms (8-code chunks, I2F) and 0.755 ms (16-code chunks, I2F) against
         0.660 ms with bf16 rows (docs/GPU_RESULTS.md round 9); the default build's byte-permute conversion
-        (GEMV_I8_PRMT) has not run on a GPU yet."""
+        (GEMV_I8_PRMT) has not run on a GPU yet.
+        graph_prefill: generation fills the prompt's cache with fill_cache (chunks padded to max_tokens rows, one
+        captured graph) instead of eager prefill steps. Written in round 9, not yet run on a GPU."""
         if rows1 not in (2, 4):
             raise ValueError(f"rows1 must be 2 or 4, got {rows1!r}")
         if rows_big not in (4, 8):
@@ -318,6 +320,7 @@ class CudaDecoder:
                     f = (w[r:r + 16384].astype(cp.uint32) << 16).view(cp.float32)
                     codes[r:r + 16384], scales[r:r + 16384] = quantize_rows_int8(cp, f)
                 self.q8[w.data.ptr] = (codes, scales)
+        self.graph_prefill = bool(graph_prefill)
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.graphs: Dict[Any, Any] = {}
 
@@ -653,6 +656,28 @@ class CudaDecoder:
             self.run(part, all_logits=False, advance=True)
         self.stream.synchronize()
         return int(self.tokens[:1].get()[0])
+
+    def fill_cache(self, prompt: List[int]) -> None:
+        """Cache the prompt's keys and values at positions 0..len-1 and leave the position at len(prompt),
+        without a next token (the caller sets the next step's input). Each chunk of up to max_tokens tokens
+        runs as ONE captured graph of max_tokens rows, the chunk padded with its last token: an eager step
+        launches ~10 kernels a layer from Python, which we suspect (not measured) sets a prefill's time at
+        prompt sizes (round 9: ~10 ms for a 100-token prompt of the 1.5B on an H200). The padded rows write cache
+        entries past the chunk, which no step reads before writing them (attention reads positions up to
+        the step's own, and a step writes its own positions first); a chunk whose padded rows would pass
+        max_len runs eagerly. The real rows get what
+        an eager step of max_tokens rows gives them (with chunks of at most 16 rows in the exact modes:
+        an eager prefill's bits, since a token's products there do not depend on the row count)."""
+        B = self.max_tokens
+        self.set_position(0)
+        for s in range(0, len(prompt), B):
+            part = prompt[s:s + B]
+            if s + B <= self.max_len:
+                self.run(part + part[-1:] * (B - len(part)), all_logits=False, advance=True, graph=True)
+            else:
+                self.run(part, all_logits=False, advance=True)
+        self.set_position(len(prompt))  # the last chunk advanced by its padded length
+        self.stream.synchronize()
 
     def decode(self, n: int, sync_every: int = 1) -> List[int]:
         """Greedy-decode n tokens after prefill by replaying the T=1 graph; the ids are read back

@@ -57,9 +57,13 @@ def _set_sampling(dec: Any, cfg: SamplingConfig, stream: int) -> None:
 
 def _prefill_all_but_last(dec: Any, prompt: list[int]) -> None:
     """Cache every prompt token but the last, which becomes the next step's input (the CPU engine's
-    invariant: the cache holds the context except the pending token)."""
+    invariant: the cache holds the context except the pending token). A decoder with graph_prefill fills
+    its cache with padded graph steps (CudaDecoder.fill_cache), else eager prefill steps."""
     if len(prompt) > 1:
-        dec.prefill(prompt[:-1])
+        if getattr(dec, "graph_prefill", False):
+            dec.fill_cache(prompt[:-1])
+        else:
+            dec.prefill(prompt[:-1])
     else:
         dec.set_position(0)
     with dec.stream:
