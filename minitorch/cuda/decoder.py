@@ -662,12 +662,12 @@ class CudaDecoder:
         without a next token (the caller sets the next step's input). Each chunk of up to max_tokens tokens
         runs as ONE captured graph of max_tokens rows, the chunk padded with its last token: an eager step
         launches ~10 kernels a layer from Python, which we suspect (not measured) sets a prefill's time at
-        prompt sizes (round 9: ~10 ms for a 100-token prompt of the 1.5B on an H200). The padded rows write cache
-        entries past the chunk, which no step reads before writing them (attention reads positions up to
-        the step's own, and a step writes its own positions first); a chunk whose padded rows would pass
-        max_len runs eagerly. The real rows get what
-        an eager step of max_tokens rows gives them (with chunks of at most 16 rows in the exact modes:
-        an eager prefill's bits, since a token's products there do not depend on the row count)."""
+        prompt sizes (round 9: ~10 ms for a 100-token prompt of the 1.5B on an H200). The padded rows write
+        cache entries past the chunk, which no step reads before writing them (attention reads positions up
+        to the step's own, and a step writes its own positions first); a chunk whose padded rows would pass
+        max_len runs eagerly. The real rows get what an eager step of max_tokens rows gives them (with
+        chunks of at most 16 rows in the exact modes: an eager prefill's bits, since a token's products
+        there do not depend on the row count)."""
         B = self.max_tokens
         self.set_position(0)
         for s in range(0, len(prompt), B):
