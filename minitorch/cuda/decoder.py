@@ -671,7 +671,7 @@ class CudaDecoder:
         B = self.max_tokens
         self.set_position(0)
         for s in range(0, len(prompt), B):
-            part = prompt[s:s + B]
+            part = [int(t) for t in prompt[s:s + B]]  # a list (padding below concatenates)
             if s + B <= self.max_len:
                 self.run(part + part[-1:] * (B - len(part)), all_logits=False, advance=True, graph=True)
             else:
