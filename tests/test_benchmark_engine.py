@@ -62,6 +62,22 @@ def test_summary_accuracy_speed_and_table():
     json.dumps(s)  # JSON-serialisable
 
 
+def test_time_split_sums_the_engine_timers_over_wall_seconds():
+    a, b = _rec(0, "spec", 100, 2.0), _rec(1, "spec", 100, 2.0)
+    a["stats"] = {"time_prefill": 0.2, "time_draft": 1.0, "time_verify": 0.6}
+    b["stats"] = {"time_prefill": 0.2, "time_draft": 1.2, "time_verify": 0.6, "time_sample": 0.0}
+    t = _rec(0, "target", 100, 3.0)
+    t["stats"] = {"time_prefill": 0.3, "time_verify": 2.4}
+    s = summarize([a, b, t, _rec(1, "target", 100, 3.0)], n_boot=50)
+    assert s["modes"]["spec"]["time_split"] == pytest.approx(
+        {"prefill": 0.1, "draft": 0.55, "verify": 0.3, "sample": 0.0, "other": 0.05})
+    assert s["modes"]["target"]["time_split"]["other"] == pytest.approx(1 - 2.7 / 6.0)  # a record without timers
+    lines = format_table(s).splitlines()
+    assert "spec time: prefill 10.0%, draft steps 55.0%, target steps 30.0%, other 5.0%" in lines
+    assert "target time: prefill 5.0%, target steps 40.0%, other 55.0%" in lines
+    assert "time_split" not in summarize([_rec(0, "spec", 1, 1.0)], n_boot=10)["modes"]["spec"]  # no timers
+
+
 # ----------------------------------------------------------------------------- the real engine
 
 class IdTokenizer:

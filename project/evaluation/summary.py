@@ -9,6 +9,9 @@ Definitions used here:
 - acceptance by draft position i = sum accepted_i / sum judged_i (a position is judged when every
   earlier draft in its round was accepted); by output position: alpha in the early / middle / late
   third of each output, pooled over problems.
+- time split of a mode = the engine's timers summed over problems (stats time_prefill, time_draft, time_verify,
+  time_sample; on the GPU draft / verify are device time between events) over the summed wall seconds; "other"
+  is the rest (host work between steps or rounds).
 """
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ from minitorch.generation.stats import cost_model_speedup
 
 COMPARISONS = (("spec", "target"), ("hf_assisted", "hf_greedy"), ("spec", "hf_greedy"), ("target", "hf_greedy"))
 THIRDS = ("early", "middle", "late")
+TIMERS = ("prefill", "draft", "verify", "sample")  # the engine's timers (stats time_<name>), in table order
+TIMER_LABELS = {"prefill": "prefill", "draft": "draft steps", "verify": "target steps", "sample": "sampling",
+                "other": "other"}  # "verify" times every target forward: verify steps, or decode steps alone
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -53,6 +59,9 @@ def _mode_summary(rs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "median_latency_s": statistics.median(lat),
         "mean_generated_tokens": toks / len(rs),
     }
+    split = _time_split(rs, secs)
+    if split is not None:
+        out["time_split"] = split
     spec = [r for r in rs if r.get("alpha") is not None]
     if spec:
         st = [r.get("stats") or {} for r in spec]
@@ -68,6 +77,17 @@ def _mode_summary(rs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         pred = [r["predicted_speedup"] for r in spec if r.get("predicted_speedup") is not None]
         out["predicted_speedup"] = statistics.fmean(pred) if pred else None
     return out
+
+
+def _time_split(rs: Sequence[Mapping[str, Any]], secs: float) -> dict[str, float] | None:
+    """Each engine timer's share of the mode's wall seconds, and "other" (what no timer covers); None when
+    the records carry no timers (e.g. transformers baselines)."""
+    stats = [r.get("stats") or {} for r in rs]
+    if not secs or not any(f"time_{t}" in st for st in stats for t in TIMERS):
+        return None
+    split = {t: sum(st.get(f"time_{t}", 0.0) for st in stats) / secs for t in TIMERS}
+    split["other"] = 1.0 - sum(split.values())
+    return split
 
 
 def _pool_positions(rs: Sequence[Mapping[str, Any]]) -> list[float]:
@@ -193,6 +213,12 @@ def format_table(summary: Mapping[str, Any]) -> str:
                      f"predicted {_fmt(c['predicted_mean'])}x, cost model with measured forwards "
                      f"{_fmt(c.get('cost_model_mean'))}x); identical outputs "
                      f"{c['identical_outputs']}/{c['n_pairs']}, same grade {c['same_grade']}/{c['n_pairs']}")
+    for mode, m in summary["modes"].items():
+        split = m.get("time_split")
+        if split:
+            parts = ", ".join(f"{TIMER_LABELS[t]} {100 * split[t]:.1f}%" for t in TIMERS + ("other",)
+                              if split[t] or t == "other")
+            lines.append(f"{mode} time: {parts}")
     for mode, m in summary["modes"].items():
         if m.get("per_position_acceptance"):
             pos = " ".join(f"{p:.2f}" for p in m["per_position_acceptance"])
