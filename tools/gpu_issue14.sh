@@ -2,6 +2,7 @@
 # Issue 14 device calls, one mode a call (run from the repository root on the GPU machine; logs under $OUT,
 # LIMIT = the call's seconds). Each mode's comment says what to carry. The next session's first call:
 #   bash tools/gpu_issue14.sh i8v      the 8-bit draft rows' variants (byte permute / I2F, 8 / 16 codes), tests
+#                                      (build them here first: bash tools/gpu_issue14.sh vars)
 # Real weights: after `.stage/assemble.sh join` (the staging tool beside the repository writes .stage/):
 #   bash tools/gpu_issue14.sh realtc   the benchmarks of docs/GPU_RESULTS.md (tc default vs gemv ours), the demo
 #   bash tools/gpu_issue14.sh realpf   --gpu-prefill eager against graph (the prompt's cache in one graph a chunk)
@@ -149,6 +150,15 @@ i8)  # round 9, call 2: the draft's one-token steps on 8-bit rows (kernels/gemv.
   PAT=$P run spec_int8 60 python3 project/bench/throughput.py $S --int8 draft
   PAT='passed|failed|rc=|Error' TAILN=30 run tests_all 330 python3 -m pytest -q -m gpu -p no:cacheprovider
   cd "$OUT" && tar czf all_i8.tgz *.log && rm -f spec_*.log s05_*.log
+  ;;
+vars)  # ON THE BOX (nvcc, no GPU), before an i8v call: the sm_90 gemv variants it carries in .probe/vars
+  ./compile_cuda.sh > /dev/null && V=.probe/vars && rm -rf $V && mkdir -p $V/c8i $V/c16p $V/c16i $V/i8b
+  G="-gencode=arch=compute_90,code=sm_90"
+  for v in "c8i:-DGEMV_I8_PRMT=0" "c16p:-DGEMV_I8_CHUNK=16" "c16i:-DGEMV_I8_CHUNK=16 -DGEMV_I8_PRMT=0" "i8b:-DGEMV_I8_BROKEN=1"; do
+    # shellcheck disable=SC2086
+    nvcc -fatbin -O3 -std=c++17 $G -Ikernels/includes ${v#*:} -o $V/${v%%:*}/gemv.fatbin kernels/gemv.cu &
+  done
+  wait; ls $V/*
   ;;
 i8v)  # round 9, last call: 8-bit draft rows, variants of the chunk (8 / 16 codes) and the code -> float
   # conversion (byte permute / I2F); carry minitorch/cuda_kernels (default: 8 codes, permute) and .probe/vars
