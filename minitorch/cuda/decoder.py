@@ -175,9 +175,10 @@ class CudaDecoder:
         bytes a step reads. For a speculative draft only: its numbers differ from the bf16 rows' (each row's
         sum by up to sum|x| * scale / 2), and a draft's numbers never reach the output. Steps of several
         tokens (prefill) keep the bf16 rows, which stay resident too. Experimental, not faster yet: on the
-        H200 the 0.5B step took 0.686 ms (8-code chunks, I2F) and 0.755 ms (16-code chunks, I2F) against
-        0.660 ms with bf16 rows (docs/GPU_RESULTS.md round 9); the default build's byte-permute conversion
-        (GEMV_I8_PRMT) has not run on a GPU yet.
+        H200 the 0.5B step took 0.686 ms (8-code chunks, 8-row blocks for gate/up and the head, I2F) and
+        0.755 ms (16-code chunks, 16-row blocks, I2F) against 0.660 ms with bf16 rows (docs/GPU_RESULTS.md
+        round 9); the default build (8-code chunks, 16-row blocks, byte-permute conversion) has not run on a
+        GPU yet.
         graph_prefill: generation fills the prompt's cache with fill_cache (chunks padded to max_tokens rows, one
         captured graph) instead of eager prefill steps. Written in round 9, not yet run on a GPU."""
         if rows1 not in (2, 4):
@@ -301,14 +302,14 @@ class CudaDecoder:
             pdl = cluster_supported()  # PDL and clusters both arrive with compute capability 9.0
         self.pdl = bool(pdl)
         self.k = PdlLauncher(kernels(), pdl=self.pdl)
+        if int8_weights and persistent:
+            raise ValueError("int8_weights and persistent cannot be combined")
         self.persistent = bool(persistent)
         if self.persistent:
             self._persistent_setup()
         # int8_weights: 8-bit copies of the projection rows, keyed by the bf16 array's device pointer
         self.q8: Dict[int, "tuple[Any, Any]"] = {}
         if int8_weights:
-            if self.persistent:
-                raise ValueError("int8_weights and persistent cannot be combined")
             if H % 16 or I % 16 or (Hq * D) % 16:
                 raise ValueError(f"int8_weights needs input sizes that are multiples of 16 (hidden {H}, "
                                  f"intermediate {I}, heads x head size {Hq * D})")
@@ -665,9 +666,9 @@ class CudaDecoder:
         prompt sizes (round 9: ~10 ms for a 100-token prompt of the 1.5B on an H200). The padded rows write
         cache entries past the chunk, which no step reads before writing them (attention reads positions up
         to the step's own, and a step writes its own positions first); a chunk whose padded rows would pass
-        max_len runs eagerly. The real rows get what an eager step of max_tokens rows gives them (with
-        chunks of at most 16 rows in the exact modes: an eager prefill's bits, since a token's products
-        there do not depend on the row count)."""
+        max_len runs eagerly. The real rows get what an eager step of max_tokens rows gives them; with
+        chunks of at most 16 rows in the exact modes that should be an eager prefill's bits, since a token's
+        products there do not depend on the row count (tests/test_cuda_prefill.py checks it; not yet run)."""
         B = self.max_tokens
         self.set_position(0)
         for s in range(0, len(prompt), B):
