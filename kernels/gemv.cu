@@ -805,36 +805,41 @@ GEMV_INST(16, 2)
 // only decide which tokens are proposed): W int8 codes (N, K), K % 16 == 0, wscale fp32 (N,), the rest as the
 // bf16 kernels of the same name; one argument list for the plain and epilogue kernels (counter, then wscale).
 // A thread's 16-byte loads carry 16 codes: the same load count as a bf16 row of half the length
-#define GEMV_I8_KERNEL(NAME, ROWS, MODE, OUT, CH, MINB)                                                     \
+#define GEMV_I8_KERNEL(NAME, TM, ROWS, MODE, OUT, CH, MINB)                                                 \
   __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME(                                             \
       const signed char* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid, \
       int N, int K, int T, int x_stride, unsigned int* counter, const float* wscale) {                    \
-    gemv_body<ROWS, 1, MODE, OUT, CH, 1>(W, x, nw, eps, yb, yf, resid, N, K, T, x_stride, counter,        \
-                                         RopeArgs{}, wscale);                                             \
+    gemv_body<ROWS, TM, MODE, OUT, CH, 1>(W, x, nw, eps, yb, yf, resid, N, K, T, x_stride, counter,       \
+                                          RopeArgs{}, wscale);                                            \
   }
-#define GEMV_I8_ROPE_KERNEL(NAME, MODE)                                                                    \
+#define GEMV_I8_ROPE_KERNEL(NAME, TM, MODE)                                                                \
   __global__ void __launch_bounds__(GEMV_THREADS) NAME(const signed char* W, const void* x, int N, int K, int T, \
                                                        const bf16_t* bias, bf16_t* q_out, bf16_t* kc,     \
                                                        bf16_t* vc, const int* pos, int Hq, int Hkv, int D, \
                                                        int max_len, float theta, const bf16_t* nw, float eps, \
                                                        const float* wscale) {                             \
-    gemv_body<4, 1, MODE, OUT_QKVROPE, 2, 1>(                                                         \
+    gemv_body<4, TM, MODE, OUT_QKVROPE, 2, 1>(                                                        \
         W, x, nw, eps, 0, 0, 0, N, K, T, K, 0,                                                            \
         RopeArgs{bias, pos, theta, QkvOut<bf16_t>{q_out, kc, vc, Hq, Hkv, D, max_len}}, wscale);         \
   }
-GEMV_I8_KERNEL(gemv1_i8, 4, MODE_PLAIN, OUT_PLAIN, 2, 4)
-GEMV_I8_KERNEL(gemv1_norm_i8, 4, MODE_NORM, OUT_PLAIN, 2, 4)
-GEMV_I8_KERNEL(gemv1_gusilu_i8, 4, MODE_PLAIN, OUT_GUSILU, 2, 4)
-GEMV_I8_KERNEL(gemv1_norm_gusilu_i8, 4, MODE_NORM, OUT_GUSILU, 2, 4)
-GEMV_I8_KERNEL(gemv1_resnorm_i8, 4, MODE_PLAIN, OUT_RESNORM, 2, 4)
-// many output rows (gate/up, the LM head; K <= 4096: at most one chunk a row a thread): 16 rows a block, the
-// bytes in flight of the bf16 gemv1r8_* at half the blocks
-GEMV_I8_KERNEL(gemv1r16_i8, 16, MODE_PLAIN, OUT_PLAIN, 1, 2)
-GEMV_I8_KERNEL(gemv1r16_norm_i8, 16, MODE_NORM, OUT_PLAIN, 1, 2)
-GEMV_I8_KERNEL(gemv1r16_gusilu_i8, 16, MODE_PLAIN, OUT_GUSILU, 1, 2)
-GEMV_I8_KERNEL(gemv1r16_norm_gusilu_i8, 16, MODE_NORM, OUT_GUSILU, 1, 2)
-GEMV_I8_ROPE_KERNEL(gemv1_qkvrope_i8, MODE_PLAIN)
-GEMV_I8_ROPE_KERNEL(gemv1_norm_qkvrope_i8, MODE_NORM)
+// TM tokens (1, or 2: the draft's first step of a round after a fully accepted one takes the last draft and
+// the bonus token); 4 output rows a block, or BIG for products of many output rows (gate/up, the LM head;
+// K <= 4096: at most one chunk a row a thread): 16 rows a block for one token (the bytes in flight of the
+// bf16 gemv1r8_* at half the blocks), 8 for two (the same sums a thread)
+#define GEMV_I8_INST(TM, BIG, BMINB)                                                                       \
+  GEMV_I8_KERNEL(gemv##TM##_i8, TM, 4, MODE_PLAIN, OUT_PLAIN, 2, 4)                                        \
+  GEMV_I8_KERNEL(gemv##TM##_norm_i8, TM, 4, MODE_NORM, OUT_PLAIN, 2, 4)                                    \
+  GEMV_I8_KERNEL(gemv##TM##_gusilu_i8, TM, 4, MODE_PLAIN, OUT_GUSILU, 2, 4)                                \
+  GEMV_I8_KERNEL(gemv##TM##_norm_gusilu_i8, TM, 4, MODE_NORM, OUT_GUSILU, 2, 4)                            \
+  GEMV_I8_KERNEL(gemv##TM##_resnorm_i8, TM, 4, MODE_PLAIN, OUT_RESNORM, 2, 4)                              \
+  GEMV_I8_KERNEL(gemv##TM##r##BIG##_i8, TM, BIG, MODE_PLAIN, OUT_PLAIN, 1, BMINB)                          \
+  GEMV_I8_KERNEL(gemv##TM##r##BIG##_norm_i8, TM, BIG, MODE_NORM, OUT_PLAIN, 1, BMINB)                      \
+  GEMV_I8_KERNEL(gemv##TM##r##BIG##_gusilu_i8, TM, BIG, MODE_PLAIN, OUT_GUSILU, 1, BMINB)                  \
+  GEMV_I8_KERNEL(gemv##TM##r##BIG##_norm_gusilu_i8, TM, BIG, MODE_NORM, OUT_GUSILU, 1, BMINB)              \
+  GEMV_I8_ROPE_KERNEL(gemv##TM##_qkvrope_i8, TM, MODE_PLAIN)                                               \
+  GEMV_I8_ROPE_KERNEL(gemv##TM##_norm_qkvrope_i8, TM, MODE_NORM)
+GEMV_I8_INST(1, 16, 2)
+GEMV_I8_INST(2, 8, 2)
 // tensor-core kernels (gemv="tc"): the plain / epilogue argument lists of the kernels above
 #define GEMV_TC_INST(NAME, TT, NT, U, MINB)                                                               \
   __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_bf16(                                       \

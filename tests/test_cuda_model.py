@@ -83,10 +83,10 @@ MODES = [dict(gemv="ours1"), dict(gemv="ours"), dict(gemv="cublas"), dict(gemv="
          dict(gemv="ours", silu="down", norm_epilogue=False, qkv_rope=False),
          dict(gemv="ours1", rows1=2), dict(gemv="ours1", rows_big=4, attn="auto"), dict(gemv="cublas", attn="auto"),
          dict(gemv="ours1", qkv_norm="epilogue"), dict(gemv="ours", qkv_norm="epilogue"), dict(gemv="tc"),
-         dict(gemv="tc", norm_epilogue=False, qkv_rope=False)]
+         dict(gemv="tc", norm_epilogue=False, qkv_rope=False), dict(gemv="ourstc")]
 # the test models are small (hidden <= 256): the default qkv_norm="auto" is "consumer" for them
 MODE_IDS = ["ours1", "ours", "cublas", "ours1-fused", "ours-fused", "ours1-prev", "ours-prev", "ours1-rows2",
-            "ours1-r4-cluster", "cublas-cluster", "ours1-qkvepi", "ours-qkvepi", "tc", "tc-unfused"]
+            "ours1-r4-cluster", "cublas-cluster", "ours1-qkvepi", "ours-qkvepi", "tc", "tc-unfused", "ourstc"]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
@@ -118,6 +118,31 @@ def test_cuda_decoder_matches_cpu_model(i, mode):
     with minitorch.no_grad():
         ref2 = np.asarray(cpu([nxt], cache).to_numpy(), np.float64)[0, 0]
     assert np.abs(g_logits[0] - ref2).max() <= 0.05 * np.abs(ref2).max() + 0.05
+
+
+@pytest.mark.parametrize("i", range(len(CONFIGS)))
+def test_ourstc_steps_are_ours_for_one_token_and_tc_for_more(i):
+    """gemv="ourstc" (a draft's): from the same cache, a one-token step gives the bits of gemv="ours" and a
+    two-token step those of gemv="tc" (logits and the KV entries it appends)."""
+    _, w = build(CONFIGS[i], FastBackend, seed=6)
+    prompt = [(7 * j + 3) % 100 for j in range(20)]  # 20 > 16 tokens: cuBLAS in every mode, the same cache
+    decs = {g: decoder_of(CONFIGS[i], w, max_tokens=32, gemv=g) for g in ("ourstc", "ours", "tc")}
+
+    def step(dec, ids):
+        dec.set_position(0)
+        dec.run(prompt, all_logits=False, advance=False)
+        dec.set_position(len(prompt))
+        dec.run(ids, all_logits=True, advance=False)
+        dec.stream.synchronize()
+        n, lw = len(prompt), dec.layers[-1]
+        return dec.logits[:len(ids)].get(), lw["k"][:, n:n + len(ids)].get(), lw["v"][:, n:n + len(ids)].get()
+
+    for ids, ref in (([11], "ours"), ([11, 12], "tc")):
+        got, want = step(decs["ourstc"], ids), step(decs[ref], ids)
+        for g, r in zip(got, want):
+            np.testing.assert_array_equal(g, r)
+    other = step(decs["ours"], [11, 12])[0]
+    assert not np.array_equal(step(decs["ourstc"], [11, 12])[0], other)  # the two GEMVs' bits do differ
 
 
 EXACT_KW = {"unfused": {}, "fused": dict(fuse_norm=True),

@@ -224,9 +224,10 @@ def test_acceptance_emits_target_distributed_tokens(kind, C):
 
 
 # ------------------------------------------------------------------ the engine on small random models
-def pair(mode=None, persistent=False, propose_vocab=None, int8_weights=False):
+def pair(mode=None, persistent=False, propose_vocab=None, int8_weights=False, draft_gemv=None):
     """A target and an unrelated draft (persistent: the draft's steps in kernels/persistent.cu; propose_vocab:
-    the draft proposes among that many first token ids only; int8_weights: its one-token steps on 8-bit rows)."""
+    the draft proposes among that many first token ids only; int8_weights: its one-token steps on 8-bit rows;
+    draft_gemv: the draft's GEMV instead of the target's)."""
     from minitorch import FastBackend
     from test_cuda_model import CONFIGS, build, decoder_of
 
@@ -235,7 +236,8 @@ def pair(mode=None, persistent=False, propose_vocab=None, int8_weights=False):
     draft_kw = dict(CONFIGS[0], hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
                     num_hidden_layers=1)
     _, wd = build(draft_kw, FastBackend, seed=2)
-    draft = decoder_of(draft_kw, wd, persistent=persistent, int8_weights=int8_weights, **mode)
+    draft = decoder_of(draft_kw, wd, persistent=persistent, int8_weights=int8_weights,
+                       **{**mode, **({"gemv": draft_gemv} if draft_gemv else {})})
     draft.propose_vocab = propose_vocab
     return decoder_of(CONFIGS[0], wt, **mode), draft
 
@@ -244,7 +246,7 @@ PROMPT = [5, 17, 42, 8, 1, 30]
 
 
 DRAFTS = {"kernels": {}, "persistent-draft": dict(persistent=True), "draft-vocab-60": dict(propose_vocab=60),
-          "int8": dict(int8_weights=True)}
+          "int8": dict(int8_weights=True), "ourstc-int8": dict(draft_gemv="ourstc", int8_weights=True)}
 
 
 @pytest.mark.parametrize("draft_kind", list(DRAFTS))

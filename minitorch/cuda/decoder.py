@@ -44,10 +44,11 @@ from .runtime import get_cupy, kernels
 
 ATT_SLOT_BLOCKS = 264  # attention partial blocks a step aims at (two per SM of an H200) ...
 ATT_MIN_SLOTS = 32  # ... with at least this many split slots (long prefill steps have many row groups)
-# kernels/gemv.cu's one-token products on 8-bit rows (CudaDecoder(int8_weights=True)) by input / output mode:
-# 4 output rows a block, or 16 for products of many rows (N > 8192, K <= 4096: gate/up, the LM head)
+# kernels/gemv.cu's one- and two-token products on 8-bit rows (CudaDecoder(int8_weights=True)) by input / output
+# mode: 4 output rows a block, or I8_BIG_ROWS for products of many rows (N > 8192, K <= 4096: gate/up, the LM head)
 I8_MODES = ("", "_norm", "_gusilu", "_norm_gusilu", "_resnorm", "_qkvrope", "_norm_qkvrope")
 I8_BIG_MODES = ("", "_norm", "_gusilu", "_norm_gusilu")
+I8_BIG_ROWS = {1: 16, 2: 8}  # by tokens a step
 ATT_STEP_ROWS = 16  # steps of at most this many tokens (decode, verify) share one attention split size
 PT_THREADS = 512  # kernels/persistent.cu: threads a block, ...
 PT_KS_MAX = 128  # ... keys per attention split at most, ...
@@ -73,6 +74,17 @@ def quantize_rows_int8(xp: Any, w: Any) -> "tuple[Any, Any]":
     scale = xp.where(amax > 0, amax / 127.0, 1.0).astype(xp.float32)
     codes = xp.clip(xp.rint(w / scale[:, None]), -127, 127).astype(xp.int8)
     return codes, scale
+
+
+def int8_unsupported(cfg: Any) -> Optional[str]:
+    """Why CudaDecoder(int8_weights=True) refuses a model of this config, or None: the 8-bit kernels read
+    rows in chunks of 16 codes."""
+    H, I, Hq = cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads
+    D = getattr(cfg, "head_dim", None) or H // Hq
+    if H % 16 or I % 16 or (Hq * D) % 16:
+        return (f"int8_weights needs input sizes that are multiples of 16 (hidden {H}, intermediate {I}, "
+                f"heads x head size {Hq * D})")
+    return None
 
 
 def random_weights(cfg: Any, seed: int = 0, std: float = 0.02) -> Dict[str, Any]:
@@ -125,6 +137,10 @@ class CudaDecoder:
         fused in): "ours1" one-token steps (default: verify steps then cost about one decode
         step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
         separate norm / SwiGLU kernels; "ours" makes verify == decode bit for bit (module doc).
+        "ourstc" (a speculative draft's): one-token steps in our CUDA-core GEMV, steps of 2..16 tokens in the
+        tensor-core one, the faster of the two at each size on the H200 (the 0.5B's two-token step: 0.753 ms in
+        tc against 0.925 in "ours", round 10 call 3); the two sizes' numbers then differ in the last bits, which
+        a draft's never reach the output, so not for a target.
         "tc": steps of <= 16 tokens in the tensor-core GEMV (gemvtc*: mma.m16n8k16, one kernel for
         decode and verify, so verify == decode bit for bit as with "ours", and a verify of <= 8 tokens
         costs about one decode step); needs compute capability >= 8.0, silu="gateup", no fuse_norm,
@@ -170,15 +186,13 @@ class CudaDecoder:
         reach the output; deterministic run to run. On the H200 not yet faster than the separate kernels
         (0.5B step 0.956 vs 0.664 ms, docs/GPU_RESULTS.md round 9). Needs silu="gateup", qkv_rope, a head
         size that is a multiple of 8 and <= 128, Hq / Hkv <= 8.
-        int8_weights: one-token steps (a speculative draft's) run every projection and the LM head on 8-bit
-        copies of the weight rows, one scale a row (quantize_rows_int8; kernels/gemv.cu gemv1*_i8): half the
-        bytes a step reads. For a speculative draft only: its numbers differ from the bf16 rows' (each row's
-        sum by up to sum|x| * scale / 2), and a draft's numbers never reach the output. Steps of several
-        tokens (prefill) keep the bf16 rows, which stay resident too. Experimental, not faster yet: on the
-        H200 the 0.5B step took 0.686 ms (8-code chunks, 8-row blocks for gate/up and the head, I2F) and
-        0.755 ms (16-code chunks, 16-row blocks, I2F) against 0.660 ms with bf16 rows (docs/GPU_RESULTS.md
-        round 9); the default build (8-code chunks, 16-row blocks, byte-permute conversion) has not run on a
-        GPU yet.
+        int8_weights: steps of one or two tokens (a speculative draft's) run every projection and the LM head
+        on 8-bit copies of the weight rows, one scale a row (quantize_rows_int8; kernels/gemv.cu gemv{1,2}*_i8):
+        half the bytes a step reads. For a speculative draft only: its numbers differ from the bf16 rows'
+        (each row's sum by up to sum|x| * scale / 2), and a draft's numbers never reach the output. Steps of
+        more tokens (prefill) keep the bf16 rows, which stay resident too. On the H200 (round 10, call 1) the
+        0.5B one-token step takes 0.594 ms against 0.664 with bf16 rows (docs/GPU_RESULTS.md); the two-token
+        kernels were written after that call.
         graph_prefill: generation fills the prompt's cache with fill_cache (chunks padded to max_tokens rows, one
         captured graph) instead of eager prefill steps. Written in round 9, not yet run on a GPU."""
         if rows1 not in (2, 4):
@@ -193,14 +207,16 @@ class CudaDecoder:
             raise ValueError(f"attn must be 'split', 'cluster' or 'auto', got {attn!r}")
         self.rows1 = rows1
         self.rows_big = rows_big
-        if gemv not in ("ours", "ours1", "cublas", "tc"):
-            raise ValueError(f"gemv must be 'ours', 'ours1', 'cublas' or 'tc', got {gemv!r}")
-        if gemv == "tc":  # the tensor-core GEMV takes bf16 inputs: no in-kernel norm or SwiGLU input
-            if silu != "gateup" or fuse_norm or qkv_norm == "consumer":
-                raise ValueError("gemv='tc' needs silu='gateup', fuse_norm=False and qkv_norm 'auto' or 'epilogue'")
+        if gemv not in ("ours", "ours1", "cublas", "tc", "ourstc"):
+            raise ValueError(f"gemv must be 'ours', 'ours1', 'cublas', 'tc' or 'ourstc', got {gemv!r}")
+        if gemv in ("tc", "ourstc"):  # the tensor-core GEMV takes bf16 inputs: no in-kernel norm or SwiGLU input
+            if silu != "gateup" or fuse_norm or (gemv == "tc" and qkv_norm == "consumer"):
+                raise ValueError(f"gemv={gemv!r} needs silu='gateup', fuse_norm=False" +
+                                 (" and qkv_norm 'auto' or 'epilogue'" if gemv == "tc" else ""))
             if not tensor_cores_supported():
-                raise ValueError("gemv='tc' needs a GPU of compute capability >= 8.0 (mma.m16n8k16 bf16)")
-            self.qkv_norm = "epilogue"
+                raise ValueError(f"gemv={gemv!r} needs a GPU of compute capability >= 8.0 (mma.m16n8k16 bf16)")
+            if gemv == "tc":
+                self.qkv_norm = "epilogue"
         self.tc_wide = bool(tc_wide)
         if silu not in ("gateup", "down"):
             raise ValueError(f"silu must be 'gateup' or 'down', got {silu!r}")
@@ -310,9 +326,9 @@ class CudaDecoder:
         # int8_weights: 8-bit copies of the projection rows, keyed by the bf16 array's device pointer
         self.q8: Dict[int, "tuple[Any, Any]"] = {}
         if int8_weights:
-            if H % 16 or I % 16 or (Hq * D) % 16:
-                raise ValueError(f"int8_weights needs input sizes that are multiples of 16 (hidden {H}, "
-                                 f"intermediate {I}, heads x head size {Hq * D})")
+            why = int8_unsupported(cfg)
+            if why:
+                raise ValueError(why)
             for w in [lw[n] for lw in self.layers for n in ("qkv", "o", "gate_up", "down")] + [self.lm_head]:
                 if w.data.ptr in self.q8:
                     continue
@@ -380,13 +396,17 @@ class CudaDecoder:
     # ------------------------------------------------------------------ one step (capturable)
     def _ours(self, M: int, K: int) -> bool:
         """Whether an M-token product runs in our GEMV (else cuBLAS)."""
-        limit = {"ours": 16, "ours1": 1, "cublas": 0, "tc": 16}[self.gemv]
+        limit = {"ours": 16, "ours1": 1, "cublas": 0, "tc": 16, "ourstc": 16}[self.gemv]
         return M <= limit and K % 8 == 0
+
+    def _tc(self, M: int) -> bool:
+        """Whether an M-token product of ours runs in the tensor-core GEMV."""
+        return self.gemv == "tc" or (self.gemv == "ourstc" and M > 1)
 
     def _kname(self, M: int, N: int, mode: str, K: int = 0) -> "tuple[str, int]":
         """(kernel name, output rows a block) of the kernels/gemv.cu instantiation for an M-token
         product of N outputs (rows of K) in input/output mode `mode` ("", "_resnorm", "_qkvrope", ...)."""
-        if self.gemv == "tc":  # one kernel for 1..8 tokens (decode and verify alike), one for 9..16
+        if self._tc(M):  # one kernel for 1..8 tokens (decode and verify alike), one for 9..16
             if mode not in ("", "_gusilu", "_resnorm", "_qkvrope"):
                 raise ValueError(f"no tensor-core GEMV for mode {mode!r}")
             wide = self.tc_wide and N > 8192
@@ -419,15 +439,16 @@ class CudaDecoder:
         self.k.launch(name, (math.ceil(N / rows),), (256,), args)
 
     def _q8(self, w: Any, M: int, N: int, mode: str, K: int) -> "Optional[tuple]":
-        """(kernel, rows a block, codes, scales) of the 8-bit one-token product for weight w (int8_weights),
-        or None: a step of several tokens, or a weight without 8-bit rows."""
-        if M != 1 or not self.q8 or w.data.ptr not in self.q8:
+        """(kernel, rows a block, codes, scales) of the 8-bit product of M = 1 or 2 tokens for weight w
+        (int8_weights), or None: a step of more tokens or one for the tensor-core GEMV ("ourstc": faster at two
+        tokens than 8-bit rows in the CUDA-core one), or a weight without 8-bit rows."""
+        if M not in I8_BIG_ROWS or self._tc(M) or not self.q8 or w.data.ptr not in self.q8:
             return None
         if mode not in I8_MODES:  # an input mode without 8-bit kernels (_silu: silu="down")
             return None
-        big = N > 8192 and K <= 4096 and mode in I8_BIG_MODES
+        big = I8_BIG_ROWS[M] if N > 8192 and K <= 4096 and mode in I8_BIG_MODES else 0
         codes, scales = self.q8[w.data.ptr]
-        return f"gemv1{'r16' if big else ''}{mode}_i8", (16 if big else 4), codes, scales
+        return f"gemv{M}{f'r{big}' if big else ''}{mode}_i8", (big or 4), codes, scales
 
     def _gemm(self, x: Any, w: Any, y: Any, M: int, N: int, K: int, out_f32: bool = False) -> None:
         """y[M, N] = x[M, K] @ w[N, K]^T (bf16, or fp32 logits)."""
@@ -507,7 +528,7 @@ class CudaDecoder:
         ours = self._ours(T, H)
         # RMSNorm computed by the consuming GEMV itself (from the fp32 residual stream): the QKV GEMV
         # (qkv_norm="consumer" or fuse_norm), the gate/up GEMV (fuse_norm); the projection before only adds
-        qkv_consumer = self.qkv_rope and ours and (self.fuse_norm or self.qkv_norm == "consumer")
+        qkv_consumer = self.qkv_rope and ours and (self.fuse_norm or self.qkv_norm == "consumer") and not self._tc(T)
         gu_consumer = self.silu == "gateup" and ours and self.fuse_norm
         for li, lw in enumerate(self.layers):
             bias = lw["qkv_bias"] if lw["qkv_bias"] is not None else np.uint64(0)
