@@ -61,10 +61,24 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "(kernels/persistent.cu: grid-wide barriers; experimental, 0.956 vs 0.664 ms a 0.5B step, "
                         "docs/GPU_RESULTS.md round 9). The "
                         "draft only proposes tokens, so this changes speed and acceptance, never the output")
-    g.add_argument("--gpu-prefill", choices=("eager", "graph"), default="eager",
-                   help="cuda: fill the prompt's cache with eager steps (default) or with one captured graph a chunk of "
-                        "128 tokens, the chunk padded (CudaDecoder.fill_cache: one launch instead of an eager step's ~10 "
-                        "a layer from Python). Experimental: not yet run on a GPU")
+    g.add_argument("--gpu-draft-gemv", choices=("auto", "ours", "ourstc"), default="auto",
+                   help="cuda: the draft's products: ours = our CUDA-core GEMV for every step; ourstc = one-token "
+                        "steps in it, steps of 2..16 tokens (a round's first draft step after a full acceptance) in "
+                        "the tensor-core GEMV; auto (default): ourstc on GPUs of compute capability >= 8.0. With "
+                        "--fast-verify the draft's longer steps use cuBLAS. Never changes the output")
+    g.add_argument("--gpu-draft-weights", choices=("auto", "bf16", "int8"), default="auto",
+                   help="cuda: the draft's one-token steps read bf16 weights or 8-bit copies of every projection and "
+                        "of the LM head, one scale a row (kernels/gemv.cu gemv1*_i8; half the bytes: 0.5B step 0.593 "
+                        "vs 0.660 ms on the H200, same acceptance on GSM8K); auto (default): int8 where the draft's "
+                        "shapes allow it (sizes multiples of 16) and its steps are separate kernels. The draft only "
+                        "proposes tokens, so this changes speed and acceptance, never the output")
+    g.add_argument("--gpu-prefill", choices=("eager", "graph"), default="graph",
+                   help="cuda: fill the prompt's cache with one captured graph a chunk of 128 tokens, the chunk padded "
+                        "(default; CudaDecoder.fill_cache: one launch instead of an eager step's ~10 a layer from "
+                        "Python: prefill 8.2%% -> 1.6%% of a GSM8K run's time on the H200) or with eager steps. The "
+                        "chunks' row counts differ, so cuBLAS may round the prompt's cache differently and a near-tie "
+                        "may resolve differently between the two (3 of 20 GSM8K target texts); within one setting "
+                        "speculative output equals the target alone's")
     g.add_argument("--draft-quant", choices=("auto", "q4", "file"), default="auto",
                    help="cpu, packed GGUF draft: q4 = the draft's 8-bit-code tensors requantized to 4 bits once (about "
                         "half the bytes a draft step reads; the draft's weights change only how many drafts are "
@@ -224,8 +238,10 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
     from minitorch import FastBackend
     from minitorch.models import check_compatible, load_model
 
+    if getattr(args, "gpu_draft_weights", "auto") == "int8" and getattr(args, "gpu_draft_step", "") == "persistent":
+        raise UserError("--gpu-draft-weights int8 runs with --gpu-draft-step kernels only")
     require_gpu()
-    from minitorch.cuda.decoder import CudaDecoder, weights_from_model
+    from minitorch.cuda.decoder import CudaDecoder, int8_unsupported, weights_from_model
 
     t0 = time.perf_counter()
     gemv = "ours1" if getattr(args, "fast_verify", False) else getattr(args, "gpu_gemv", "auto")
@@ -234,26 +250,43 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
 
         gemv = "tc" if tensor_cores_supported() else "ours"
 
-    def decoder(name: str, kind: str, persistent: bool = False) -> tuple[Any, Any]:
+    def decoder(name: str, kind: str, persistent: bool = False, int8: str = "bf16") -> tuple[Any, Any]:
         model, tok = load_model(name, backend=FastBackend, dtype="float32", progress=progress, weights="float32")
         limit = int(getattr(model.config, "max_position_embeddings", 0) or GPU_MAX_LEN)
         kw = dict(max_len=min(limit, GPU_MAX_LEN), gemv=kind,
-                  graph_prefill=getattr(args, "gpu_prefill", "eager") == "graph")
+                  graph_prefill=getattr(args, "gpu_prefill", "graph") == "graph")
         w = weights_from_model(model)
+        if int8 == "int8" or (int8 == "auto" and not persistent and not int8_unsupported(model.config)):
+            kw["int8_weights"] = True
         if persistent:
             try:
                 return CudaDecoder(model.config, w, persistent=True, **kw), tok
             except ValueError as e:  # a shape the persistent kernel does not take
                 raise UserError(f"--gpu-draft-step persistent: {e}") from None
-        return CudaDecoder(model.config, w, **kw), tok
+        try:
+            return CudaDecoder(model.config, w, **kw), tok
+        except ValueError as e:  # int8: a shape the 8-bit kernels do not take
+            if int8 != "int8":
+                raise
+            raise UserError(f"--gpu-draft-weights int8: {e}") from None
 
     target, tok = decoder(args.target, gemv)
     draft = None
     if need_draft if need_draft is not None else args.drafter == "model":
         # the draft's bits never reach the output (the target's verify decides every token), so it runs the
-        # fastest one-token kernels whatever the target's exact mode: our CUDA-core GEMV
+        # fastest kernels at each step size whatever the target's exact mode
         step = getattr(args, "gpu_draft_step", "kernels")
-        draft, draft_tok = decoder(args.draft, "ours1" if gemv == "ours1" else "ours", persistent=step == "persistent")
+        int8 = getattr(args, "gpu_draft_weights", "auto")
+        dgemv = getattr(args, "gpu_draft_gemv", "auto")
+        if gemv == "ours1":
+            dgemv = "ours1"
+        elif dgemv == "auto" and step == "persistent":
+            dgemv = "ours"
+        elif dgemv == "auto":
+            from minitorch.cuda.launch import tensor_cores_supported
+
+            dgemv = "ourstc" if tensor_cores_supported() else "ours"
+        draft, draft_tok = decoder(args.draft, dgemv, persistent=step == "persistent", int8=int8)
         check_compatible(draft_tok, tok)
     vocab = min(target.V, draft.V if draft is not None else target.V, int(tok.vocab_size))
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab, stop_ids=set(tok.stop_token_ids),

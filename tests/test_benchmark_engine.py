@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from evaluation.engine import run_config
 from evaluation.runner import read_results, round_log_stats, thirds_counts
 from evaluation.data import Problem
 from evaluation.summary import _pool_positions, bootstrap_speedup, format_table, summarize
@@ -190,3 +191,15 @@ def test_gsm8k_program_end_to_end_on_small_random_qwen2(tmp_path, qwen2_pair, ca
     # resume on the real path loads nothing new and redoes nothing
     assert main(GSM8K, argv + ["--resume", "--no-plots"]) == 0
     assert len(read_results(out)) == 12
+
+
+def test_result_config_names_the_gpu_paths_on_cuda_only():
+    from evaluation.cli import BenchSpec, build_parser
+
+    p = build_parser(BenchSpec("gsm8k", ("gsm8k",), "gsm8k", 64, "test"))
+    cpu = run_config(p.parse_args([]))
+    assert "gpu" not in cpu and cpu["backend"] == "cpu"  # cpu result files of earlier runs still resume
+    cuda = run_config(p.parse_args(["--backend", "cuda", "--gpu-prefill", "graph", "--gpu-draft-weights", "int8"]))
+    assert cuda["gpu"] == {"fast_verify": False, "gpu_gemv": "auto", "gpu_draft_gemv": "auto", "gpu_draft_step": "kernels",
+                           "gpu_draft_weights": "int8", "gpu_prefill": "graph"}
+    assert {k: v for k, v in cuda.items() if k != "gpu"} == {**cpu, "backend": "cuda"}

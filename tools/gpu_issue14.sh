@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Issue 14 device calls, one mode a call (run from the repository root on the GPU machine; logs under $OUT,
-# LIMIT = the call's seconds). Each mode's comment says what to carry. The next session's first call:
-#   bash tools/gpu_issue14.sh i8v      the 8-bit draft rows' variants (byte permute / I2F, 8 / 16 codes), tests
-#                                      (build them here first: bash tools/gpu_issue14.sh vars)
-# Real weights: after `.stage/assemble.sh join` (the staging tool beside the repository writes .stage/):
-#   bash tools/gpu_issue14.sh realtc   the benchmarks of docs/GPU_RESULTS.md (tc default vs gemv ours), the demo
-#   bash tools/gpu_issue14.sh realpf   --gpu-prefill eager against graph (the prompt's cache in one graph a chunk)
-# Earlier rounds' modes (rs, tc, pt, probe, fast, i8, real) are kept to re-run their measurements.
+# LIMIT = the call's seconds). Each mode's comment says what to carry.
+# Random weights: bash tools/gpu_issue14.sh i8t2   the draft's 8-bit rows and gemv "ourstc": tests, broken build, steps
+# Real weights: after `.stage/assemble.sh join` (the staging tool beside the repository writes .stage/; with the
+# tracked tree now over 4 MB its 60 MiB pieces no longer fit a call's 64 MiB: round 10 split the GGUFs into
+# 56 MiB pieces, 29 calls, with the same manifest and assemble.sh):
+#   bash tools/gpu_issue14.sh realq    round 10: the defaults (graph prefill, ourstc, 8-bit draft) against round 9's
+#                                      settings, MATH-500, t=0.6, gamma 5 / 6, --gpu-gemv ours, the demo
+#   bash tools/gpu_issue14.sh realtc   the benchmarks with the defaults against --gpu-gemv ours, the demo
+# Earlier rounds' modes (rs, tc, pt, probe, fast, i8, i8v, real, realpf) are kept to re-run their measurements.
 set -u
 OUT="${OUT:-/tmp/gpu14}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -198,6 +200,49 @@ realtc)  # after `.stage/assemble.sh join`: the tensor-core exact mode (default)
   PAT=$PB run bench_target_ours 70 python3 project/bench/throughput.py --model $T --engine --max-len 32768 --gemv ours
   PAT='.' TAILN=12 run demo 60 python3 project/run_spec_decoding.py --backend cuda
   cd "$OUT" && tar czf real_tc.tgz *.log *.jsonl *.json 2>/dev/null; rm -f *.jsonl *.log *.json
+  ;;
+i8t2)  # round 10, calls 2-4: the 8-bit draft rows' two-token kernels (gemv2*_i8) and gemv="ourstc" (the draft's
+  # steps of 2..16 tokens on tensor cores); carry minitorch/cuda_kernels and .probe/vars (i8b: -DGEMV_I8_BROKEN=1,
+  # built by `bash tools/gpu_issue14.sh vars`); ALL=1 adds the whole GPU suite
+  V=.probe/vars
+  [ -f minitorch/cuda_kernels/gemv.fatbin ] && [ -d $V/i8b ] || { echo "carry minitorch/cuda_kernels and $V"; exit 2; }
+  for f in minitorch/cuda_kernels/*.fatbin; do [ -f $V/i8b/$(basename $f) ] || cp $f $V/i8b/; done
+  PAT='passed|failed|rc=|Error' TAILN=30 run tests_int8 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cuda_int8.py \
+      tests/test_cuda_sampling.py tests/test_cuda_prefill.py tests/test_cuda_model.py
+  PAT='passed|failed|rc=' run broken_i8 60 env MINITORCH_CUDA_BUILD_DIR=$V/i8b python3 -m pytest -q -m gpu \
+      -p no:cacheprovider tests/test_cuda_int8.py
+  S0="--shape qwen2.5-coder-0.5b --max-len 32768 --gemv ours"
+  PD='decode step|rc=|Error'
+  PAT=$PD run s05_bf16 40 python3 project/bench/throughput.py $S0
+  PAT=$PD run s05_int8 40 python3 project/bench/throughput.py $S0 --int8 on
+  S="--spec --spec-pair coder --gammas 4 5 6 --max-len 32768 --gemv tc"
+  P='cost model|decode step|rc=|Error'
+  PAT=$P run spec_ours 60 python3 project/bench/throughput.py $S --draft-gemv ours
+  PAT=$P run spec_ourstc 60 python3 project/bench/throughput.py $S --draft-gemv ourstc
+  PAT=$P run spec_ourstc_i8 60 python3 project/bench/throughput.py $S --draft-gemv ourstc --int8 draft
+  [ -n "${ALL:-}" ] && PAT='passed|failed|rc=|Error' TAILN=30 run tests_all 330 python3 -m pytest -q -m gpu -p no:cacheprovider
+  cd "$OUT" && tar czf all_i8t2.tgz *.log && rm -f spec_*.log s05_*.log
+  ;;
+realq)  # round 10, after `.stage/assemble.sh join`: graph prefill, the draft's two-token steps on tensor cores
+  # (ourstc) and its 8-bit rows against round 9's settings, one call; carry .whl and minitorch/cuda_kernels
+  export MINITORCH_SPEC_CACHE=/root/cache
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+  [ -f minitorch/cuda_kernels/gemv.fatbin ] || ./compile_cuda.sh > /dev/null 2>&1
+  B="--limit 20 --backend cuda --no-plots --no-progress"
+  N="--gpu-prefill graph --gpu-draft-gemv ourstc --gpu-draft-weights int8"
+  PG='speedup|^spec |^target |time:|rc=|Error|error'
+  PAT=$PG TAILN=8 run gsm8k_r9 100 python3 project/benchmark_gsm8k.py $B --gpu-prefill eager --gpu-draft-gemv ours --gpu-draft-weights bf16 -o $OUT/gsm8k_r9.jsonl
+  PAT=$PG TAILN=8 run gsm8k_new 100 python3 project/benchmark_gsm8k.py $B $N -o $OUT/gsm8k_new.jsonl
+  PAT=$PG TAILN=8 run gsm8k_tc2 100 python3 project/benchmark_gsm8k.py $B --gpu-prefill eager --gpu-draft-gemv ourstc --gpu-draft-weights bf16 -o $OUT/gsm8k_tc2.jsonl
+  PAT=$PG TAILN=8 run gsm8k_pf 100 python3 project/benchmark_gsm8k.py $B --gpu-prefill graph --gpu-draft-gemv ourstc --gpu-draft-weights bf16 -o $OUT/gsm8k_pf.jsonl
+  PAT=$PG TAILN=8 run gsm8k_new_g5 100 python3 project/benchmark_gsm8k.py $B $N --gamma 5 -o $OUT/gsm8k_new_g5.jsonl
+  PAT=$PG TAILN=8 run math500_new 110 python3 project/benchmark_limo.py --dataset math500 $B $N -o $OUT/math500_new.jsonl
+  PAT=$PG TAILN=8 run gsm8k_t06_new 100 python3 project/benchmark_gsm8k.py $B $N --temperature 0.6 --top-p 0.95 -o $OUT/gsm8k_t06_new.jsonl
+  PAT=$PG TAILN=8 run gsm8k_new_ours 100 python3 project/benchmark_gsm8k.py $B $N --gpu-gemv ours -o $OUT/gsm8k_new_ours.jsonl
+  PAT='.' TAILN=12 run demo 60 python3 project/run_spec_decoding.py --backend cuda $N
+  PAT=$PG TAILN=8 run gsm8k_new_g6 100 python3 project/benchmark_gsm8k.py $B $N --gamma 6 -o $OUT/gsm8k_new_g6.jsonl
+  cd "$OUT" && tar czf real_q.tgz *.log *.jsonl *.json 2>/dev/null; rm -f *.jsonl *.log *.json
   ;;
 realpf)  # after `.stage/assemble.sh join`: --gpu-prefill eager against graph, same call (carry .whl, minitorch/cuda_kernels)
   export MINITORCH_SPEC_CACHE=/root/cache

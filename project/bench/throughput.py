@@ -167,7 +167,8 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
     for_this = lambda choice: choice == "on" or (choice == "draft" and is_draft)  # noqa: E731  (off | on | draft)
     t0 = time.perf_counter()
     w = random_weights(cfg, seed=0) if args.model is None else args.weights
-    dec = CudaDecoder(cfg, w, max_len=max_len, max_tokens=max(args.prompt, 9), gemv=args.gemv,
+    gemv = args.draft_gemv if is_draft and args.draft_gemv else args.gemv
+    dec = CudaDecoder(cfg, w, max_len=max_len, max_tokens=max(args.prompt, 9), gemv=gemv,
                       fuse_norm=args.fuse_norm, pdl={"auto": None, "on": True, "off": False}[args.pdl],
                       silu=args.silu, norm_epilogue=args.norm_epilogue == "on", qkv_rope=args.qkv_rope == "on",
                       rows1=args.rows1, rows_big=args.rows_big, attn=args.attn, qkv_norm=args.qkv_norm,
@@ -395,6 +396,9 @@ def main(argv: List[str] | None = None) -> int:
                     help="products of decode/verify steps: our bf16 GEMV for one-token steps and cuBLAS "
                          "for verify steps (ours1, default), ours for steps of <= 16 tokens (ours), our "
                          "tensor-core GEMV for steps of <= 16 tokens (tc; exact like ours), or cuBLAS everywhere")
+    ap.add_argument("--draft-gemv", choices=["ours", "ours1", "cublas", "tc", "ourstc"], default=None,
+                    help="--spec: the draft's GEMV (default: --gemv's); ourstc = one-token steps in ours, 2..16 "
+                         "tokens in tc (the CLI's draft on tensor-core GPUs)")
     ap.add_argument("--tc-wide", choices=["on", "off"], default="on",
                     help="--gemv tc: 16 output rows a block for products of more than 8192 outputs (default on)")
     which, which_help = ["off", "on", "draft"], ": off (default), on (every model), draft (only --spec's draft)"
@@ -475,7 +479,7 @@ def main(argv: List[str] | None = None) -> int:
           f"greedy, bf16, gemv={args.gemv}, fuse_norm={args.fuse_norm}, pdl={args.pdl}, silu={args.silu}, "
           f"norm_epilogue={args.norm_epilogue}, qkv_rope={args.qkv_rope}, rows1={args.rows1}, "
           f"rows_big={args.rows_big}, attn={args.attn}, qkv_norm={args.qkv_norm}, persistent={args.persistent}, "
-          f"int8={args.int8}; "
+          f"int8={args.int8}, draft_gemv={args.draft_gemv or args.gemv}; "
           f"kernels from {BUILD_DIR}")
     results: Dict[str, Any] = dict(device=dev, copy_bw=bw, shapes={})
     decs = {}

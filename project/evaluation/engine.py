@@ -17,6 +17,9 @@ from typing import Any, Sequence
 from .data import Tokenizer
 from .runner import GenerateFn, RoundLog, round_log_stats
 
+# --backend cuda flags that change speed (fast_verify also how a near-tie resolves), stored with the results
+GPU_KNOBS = ("fast_verify", "gpu_gemv", "gpu_draft_gemv", "gpu_draft_step", "gpu_draft_weights", "gpu_prefill")
+
 
 @dataclass
 class Engine:
@@ -84,8 +87,15 @@ def load_engine(args: argparse.Namespace, modes: Sequence[str]) -> Engine:
 
         gens.update(hf_generators(args.target, args.draft if args.drafter == "model" else None, cfg,
                                   stop_ids, gamma=args.gamma))
+    return Engine(tokenizer=models.tokenizer, modes=gens, config=run_config(args))
+
+
+def run_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings every result line carries (a resumed run must match them)."""
     config = {"target": str(args.target), "drafter": args.drafter,
               "draft": str(args.draft) if args.drafter == "model" else None, "gamma": args.gamma,
               "adaptive_gamma": bool(args.adaptive_gamma), "temperature": args.temperature, "top_k": args.top_k,
               "top_p": args.top_p, "seed": args.seed, "backend": args.backend, "dtype": args.dtype}
-    return Engine(tokenizer=models.tokenizer, modes=gens, config=config)
+    if args.backend == "cuda":  # which GPU paths ran; the cpu's settings stay as before, so its old results resume
+        config["gpu"] = {k: getattr(args, k, None) for k in GPU_KNOBS}
+    return config
