@@ -5,7 +5,7 @@ CPU: the chunking, padding and positions of fill_cache on a recording stand-in f
 the two paths generation takes. GPU: in the exact modes (steps of <= 16 rows: a token's products and attention
 do not depend on the row count) the filled caches equal an eager prefill's bit for bit; a chunk whose padded
 rows would pass max_len runs eagerly; greedy generation and greedy speculative decoding give the eager path's
-tokens. Written in round 9; the GPU tests have not run yet.
+tokens. Round 10, call 1 (H200): 13 passed.
 """
 from __future__ import annotations
 

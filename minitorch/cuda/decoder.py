@@ -191,10 +191,11 @@ class CudaDecoder:
         half the bytes a step reads. For a speculative draft only: its numbers differ from the bf16 rows'
         (each row's sum by up to sum|x| * scale / 2), and a draft's numbers never reach the output. Steps of
         more tokens (prefill) keep the bf16 rows, which stay resident too. On the H200 (round 10, call 1) the
-        0.5B one-token step takes 0.594 ms against 0.664 with bf16 rows (docs/GPU_RESULTS.md); the two-token
-        kernels were written after that call.
+        0.5B one-token step takes 0.593 ms against 0.660 with bf16 rows, the two-token step (TMAX 2 kernels)
+        0.878 against 0.925 (docs/GPU_RESULTS.md round 10); with gemv="ourstc" two-token steps use the
+        tensor-core GEMV on the bf16 rows instead (0.752 ms).
         graph_prefill: generation fills the prompt's cache with fill_cache (chunks padded to max_tokens rows, one
-        captured graph) instead of eager prefill steps. Written in round 9, not yet run on a GPU."""
+        captured graph) instead of eager prefill steps (the CLI's default, --gpu-prefill)."""
         if rows1 not in (2, 4):
             raise ValueError(f"rows1 must be 2 or 4, got {rows1!r}")
         if rows_big not in (4, 8):
@@ -683,13 +684,15 @@ class CudaDecoder:
         """Cache the prompt's keys and values at positions 0..len-1 and leave the position at len(prompt),
         without a next token (the caller sets the next step's input). Each chunk of up to max_tokens tokens
         runs as ONE captured graph of max_tokens rows, the chunk padded with its last token: an eager step
-        launches ~10 kernels a layer from Python, which we suspect (not measured) sets a prefill's time at
-        prompt sizes (round 9: ~10 ms for a 100-token prompt of the 1.5B on an H200). The padded rows write
+        launches ~10 kernels a layer from Python (round 10, GSM8K on an H200: the speculative pair's prefill
+        8.2% of the run's time eager, 1.6% as graphs). The padded rows write
         cache entries past the chunk, which no step reads before writing them (attention reads positions up
         to the step's own, and a step writes its own positions first); a chunk whose padded rows would pass
-        max_len runs eagerly. The real rows get what an eager step of max_tokens rows gives them; with
-        chunks of at most 16 rows in the exact modes that should be an eager prefill's bits, since a token's
-        products there do not depend on the row count (tests/test_cuda_prefill.py checks it; not yet run)."""
+        max_len runs eagerly. The real rows get what an eager step of max_tokens rows gives them: with chunks
+        of at most 16 rows in the exact modes an eager prefill's bits, since a token's products there do not
+        depend on the row count (tests/test_cuda_prefill.py, passed on the H200); longer chunks run cuBLAS,
+        whose rounding may depend on the row count, so a near-tie may later resolve differently than after an
+        eager prefill of another chunk size (3 of 20 GSM8K target texts in round 10)."""
         B = self.max_tokens
         self.set_position(0)
         for s in range(0, len(prompt), B):
