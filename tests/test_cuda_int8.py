@@ -33,18 +33,9 @@ class _Decoder:
         _Decoder.built.append((weights, kw))
 
 
-def _config(hidden):
-    from types import SimpleNamespace
-
-    return SimpleNamespace(max_position_embeddings=64, hidden_size=hidden, intermediate_size=4 * hidden,
-                           num_attention_heads=2, head_dim=hidden // 2)
-
-
-@pytest.mark.parametrize("flags, hidden, draft_int8, draft_gemv", [
-    ([], 32, True, "ourstc"), ([], 24, False, "ourstc"), (["--gpu-draft-weights", "int8"], 32, True, "ourstc"),
-    (["--gpu-draft-weights", "bf16", "--gpu-draft-gemv", "ours"], 32, False, "ours"),
-    (["--fast-verify"], 32, True, "ours1"), (["--gpu-draft-step", "persistent"], 32, False, "ours")])
-def test_cli_gpu_draft_flags_reach_the_draft_decoder_only(monkeypatch, flags, hidden, draft_int8, draft_gemv):
+def _cli(monkeypatch, hidden):
+    """cli_common and a parser of its model flags, with a GPU of tensor cores, models of the given hidden
+    size and _Decoder standing in (nothing is loaded)."""
     import argparse
     from types import SimpleNamespace
 
@@ -54,18 +45,28 @@ def test_cli_gpu_draft_flags_reach_the_draft_decoder_only(monkeypatch, flags, hi
     import minitorch.cuda.launch as launch
     import minitorch.models as models
 
+    cfg = SimpleNamespace(max_position_embeddings=64, hidden_size=hidden, intermediate_size=4 * hidden,
+                          num_attention_heads=2, head_dim=hidden // 2)
     tok = SimpleNamespace(vocab_size=100, stop_token_ids=[0])
     monkeypatch.setattr(cli_common, "require_gpu", lambda: None)
-    monkeypatch.setattr(models, "load_model", lambda name, **kw: (SimpleNamespace(config=_config(hidden)), tok))
+    monkeypatch.setattr(models, "load_model", lambda name, **kw: (SimpleNamespace(config=cfg), tok))
     monkeypatch.setattr(models, "check_compatible", lambda a, b: None)
     monkeypatch.setattr(decmod, "CudaDecoder", _Decoder)
     monkeypatch.setattr(decmod, "weights_from_model", lambda m: m)
     monkeypatch.setattr(launch, "tensor_cores_supported", lambda: True)
     p = argparse.ArgumentParser()
     cli_common.add_model_args(p)
-    args = p.parse_args(["--backend", "cuda"] + flags)
     _Decoder.built = []
-    m = cli_common.load_gpu_decoders(args, progress=False)
+    return cli_common, p
+
+
+@pytest.mark.parametrize("flags, hidden, draft_int8, draft_gemv", [
+    ([], 32, True, "ourstc"), ([], 24, False, "ourstc"), (["--gpu-draft-weights", "int8"], 32, True, "ourstc"),
+    (["--gpu-draft-weights", "bf16", "--gpu-draft-gemv", "ours"], 32, False, "ours"),
+    (["--fast-verify"], 32, True, "ours1"), (["--gpu-draft-step", "persistent"], 32, False, "ours")])
+def test_cli_gpu_draft_flags_reach_the_draft_decoder_only(monkeypatch, flags, hidden, draft_int8, draft_gemv):
+    cli_common, p = _cli(monkeypatch, hidden)
+    m = cli_common.load_gpu_decoders(p.parse_args(["--backend", "cuda"] + flags), progress=False)
     (_, target_kw), (_, draft_kw) = _Decoder.built
     assert "int8_weights" not in target_kw and m.target.kw is target_kw and m.draft.kw is draft_kw
     assert draft_kw.get("int8_weights", False) is draft_int8 and draft_kw["gemv"] == draft_gemv
@@ -75,24 +76,7 @@ def test_cli_gpu_draft_flags_reach_the_draft_decoder_only(monkeypatch, flags, hi
 
 
 def test_cli_gpu_draft_weights_int8_refusals(monkeypatch):
-    import argparse
-    from types import SimpleNamespace
-
-    import cli_common
-
-    import minitorch.cuda.decoder as decmod
-    import minitorch.cuda.launch as launch
-    import minitorch.models as models
-
-    tok = SimpleNamespace(vocab_size=100, stop_token_ids=[0])
-    monkeypatch.setattr(cli_common, "require_gpu", lambda: None)
-    monkeypatch.setattr(models, "load_model", lambda name, **kw: (SimpleNamespace(config=_config(24)), tok))
-    monkeypatch.setattr(models, "check_compatible", lambda a, b: None)
-    monkeypatch.setattr(decmod, "CudaDecoder", _Decoder)
-    monkeypatch.setattr(decmod, "weights_from_model", lambda m: m)
-    monkeypatch.setattr(launch, "tensor_cores_supported", lambda: True)
-    p = argparse.ArgumentParser()
-    cli_common.add_model_args(p)
+    cli_common, p = _cli(monkeypatch, 24)
     for extra, msg in ([["--gpu-draft-step", "persistent"], "--gpu-draft-step kernels only"],
                        [[], "--gpu-draft-weights int8: int8_weights needs input sizes"]):
         args = p.parse_args(["--backend", "cuda", "--gpu-gemv", "ours", "--gpu-draft-weights", "int8"] + extra)
