@@ -265,10 +265,8 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
                 raise UserError(f"--gpu-draft-step persistent: {e}") from None
         try:
             return CudaDecoder(model.config, w, **kw), tok
-        except ValueError as e:  # int8: a shape the 8-bit kernels do not take
-            if int8 != "int8":
-                raise
-            raise UserError(f"--gpu-draft-weights int8: {e}") from None
+        except ValueError as e:  # a setting this model or GPU cannot run (8-bit rows, tensor cores): one line
+            raise UserError(f"{name} on the GPU: {e}") from None
 
     target, tok = decoder(args.target, gemv)
     draft = None

@@ -78,7 +78,7 @@ def test_cli_gpu_draft_flags_reach_the_draft_decoder_only(monkeypatch, flags, hi
 def test_cli_gpu_draft_weights_int8_refusals(monkeypatch):
     cli_common, p = _cli(monkeypatch, 24)
     for extra, msg in ([["--gpu-draft-step", "persistent"], "--gpu-draft-step kernels only"],
-                       [[], "--gpu-draft-weights int8: int8_weights needs input sizes"]):
+                       [[], "on the GPU: int8_weights needs input sizes"]):
         args = p.parse_args(["--backend", "cuda", "--gpu-gemv", "ours", "--gpu-draft-weights", "int8"] + extra)
         with pytest.raises(cli_common.UserError, match=msg):
             cli_common.load_gpu_decoders(args, progress=False)

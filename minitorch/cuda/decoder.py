@@ -138,8 +138,8 @@ class CudaDecoder:
         step, H200), "ours" steps of <= 16 tokens, "cublas" none; the others use cuBLAS and
         separate norm / SwiGLU kernels; "ours" makes verify == decode bit for bit (module doc).
         "ourstc" (a speculative draft's): one-token steps in our CUDA-core GEMV, steps of 2..16 tokens in the
-        tensor-core one, the faster of the two at each size on the H200 (the 0.5B's two-token step: 0.753 ms in
-        tc against 0.925 in "ours", round 10 call 3); the two sizes' numbers then differ in the last bits, which
+        tensor-core one, the faster of the two at each size on the H200 (the 0.5B's two-token step: 0.752 ms in
+        tc against 0.925 in "ours", round 10 call 4); the two sizes' numbers then differ in the last bits, which
         a draft's never reach the output, so not for a target.
         "tc": steps of <= 16 tokens in the tensor-core GEMV (gemvtc*: mma.m16n8k16, one kernel for
         decode and verify, so verify == decode bit for bit as with "ours", and a verify of <= 8 tokens
