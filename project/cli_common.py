@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from minitorch.generation import ModelDrafter, NGramDrafter, SamplingConfig
+from minitorch.generation import ExtendedDrafter, ModelDrafter, NGramDrafter, SamplingConfig
 from one_line_parser import EXIT_USER_ERROR, OneLineParser  # noqa: F401  (re-exported for the programs)
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
@@ -109,6 +109,10 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-vocab", type=int, default=0,
                    help="the draft model proposes only among the first N token ids (BPE ids run roughly by "
                         "frequency), computing that slice of its vocabulary projection; lossless; 0 = all")
+    g.add_argument("--draft-extend", type=int, default=0, metavar="N",
+                   help="after the draft model's gamma tokens, up to N more by prompt lookup (the n-gram "
+                        "continuation of context + drafts: no draft forward, only verify rows; "
+                        "ExtendedDrafter); lossless; 0 = off (default). --backend cpu and --dtype float32 only")
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingConfig:
@@ -124,6 +128,13 @@ def check_spec_args(args: argparse.Namespace) -> None:
         raise UserError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if getattr(args, "draft_vocab", 0) < 0:
         raise UserError(f"--draft-vocab must be >= 0, got {args.draft_vocab}")
+    extend = getattr(args, "draft_extend", 0)
+    if extend < 0:
+        raise UserError(f"--draft-extend must be >= 0, got {extend}")
+    if extend and getattr(args, "drafter", "model") != "model":
+        raise UserError("--draft-extend continues a draft model's tokens: it needs --drafter model")
+    if extend and graph_decoders(args):
+        raise UserError("--draft-extend is not yet available on the CUDA-graph path (--backend cuda)")
     if args.backend != "cuda" and args.dtype == "bfloat16":
         raise UserError("--dtype bfloat16 needs --backend cuda")
 
@@ -166,11 +177,14 @@ class Models:
     stop_ids: set[int]
     load_seconds: float
     draft_vocab: int = 0  # --draft-vocab (0: the whole shared vocabulary)
+    draft_extend: int = 0  # --draft-extend: prompt-lookup tokens after the model's
     on_gpu_graphs: bool = False  # target and draft are CudaDecoders (minitorch/generation/cuda.py runs them)
 
-    def make_drafter(self, kind: str, draft_vocab: int | None = None) -> Any:
+    def make_drafter(self, kind: str, draft_vocab: int | None = None, steps: int | None = None) -> Any:
         """A fresh drafter of the given kind ("model" or "ngram"); draft_vocab overrides --draft-vocab.
-        On the CUDA-graph path the drafter of "model" is the draft decoder itself."""
+        On the CUDA-graph path the drafter of "model" is the draft decoder itself. With --draft-extend and
+        `steps` (the model's tokens a round; the round's gamma is then steps + draft_extend) the model's
+        drafts are continued by prompt lookup."""
         if kind == "ngram":
             return NGramDrafter()
         if self.draft is None:
@@ -179,7 +193,8 @@ class Models:
         if self.on_gpu_graphs:  # the draft decoder itself; its LM head computes the first n rows for the run
             self.draft.propose_vocab = n or None
             return self.draft
-        return ModelDrafter(self.draft, self.vocab_size, head_vocab=n or None)
+        model = ModelDrafter(self.draft, self.vocab_size, head_vocab=n or None)
+        return ExtendedDrafter(model, steps) if self.draft_extend and steps else model
 
     def functions(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
         """(generate, speculative_generate) for these models: the CPU engine's, or the CUDA-graph
@@ -213,7 +228,7 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
         vocab = min(vocab, int(draft.config.vocab_size), int(draft_tok.vocab_size))
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab,
                   stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0,
-                  draft_vocab=getattr(args, "draft_vocab", 0))
+                  draft_vocab=getattr(args, "draft_vocab", 0), draft_extend=getattr(args, "draft_extend", 0))
 
 
 def draft_requantize(args: argparse.Namespace, backend: Any, weights: str, progress: bool = True) -> int | None:

@@ -107,8 +107,9 @@ def run_one(kind: str, models: Models, s: Settings, ids: list[int], on_tokens: A
     """One generation: "spec" (speculative), "target" or "draft" (autoregressive)."""
     generate, speculative_generate = models.functions()
     if kind == "spec":
-        return speculative_generate(models.target, models.make_drafter(s.drafter), ids, s.max_new_tokens, s.cfg,
-                                    models.stop_ids, gamma=s.gamma, adaptive_gamma=s.adaptive,
+        return speculative_generate(models.target, models.make_drafter(s.drafter, steps=s.gamma), ids,
+                                    s.max_new_tokens, s.cfg, models.stop_ids,
+                                    gamma=s.gamma + models.draft_extend, adaptive_gamma=s.adaptive,
                                     vocab_size=models.vocab_size, on_tokens=on_tokens)
     model = models.target if kind == "target" else models.draft
     if model is None:
@@ -303,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     out = run_prompt(models, s, args.prompt, as_json=args.json)
     if args.json:
         out["settings"] = {"target": args.target, "draft": args.draft if models.draft is not None else None,
-                           "drafter": s.drafter, "gamma": s.gamma, "adaptive_gamma": s.adaptive,
+                           "drafter": s.drafter, "gamma": s.gamma, "draft_extend": models.draft_extend,
+                           "adaptive_gamma": s.adaptive,
                            "max_new_tokens": s.max_new_tokens, "temperature": s.cfg.temperature,
                            "top_k": s.cfg.top_k, "top_p": s.cfg.top_p, "seed": s.cfg.seed, "chat": s.chat,
                            "backend": args.backend, "dtype": args.dtype,

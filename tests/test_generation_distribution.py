@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 import minitorch.generation.speculative as spec
-from minitorch.generation import ModelDrafter, NGramDrafter, SamplingConfig, logits_to_probs
+import minitorch.generation.drafters as drafters
+from minitorch.generation import ExtendedDrafter, ModelDrafter, NGramDrafter, SamplingConfig, logits_to_probs
 from test_generation_fakes import FakeModel
 
 V = 4
@@ -114,6 +115,8 @@ def run_samples(cfg_kwargs: dict, drafter_kind: str, n: int = N) -> list[tuple[i
         cfg = SamplingConfig(seed=seed, **cfg_kwargs)
         if drafter_kind == "model-head":  # drafts only among tokens 0..V-2; the target still emits V-1
             drafter = ModelDrafter(DRAFT, head_vocab=V - 1)
+        elif drafter_kind == "model+lookup":  # one sampled model token, then deterministic n-gram tokens
+            drafter = ExtendedDrafter(ModelDrafter(DRAFT), steps=1, then=NGramDrafter(max_ngram=3))
         else:
             drafter = ModelDrafter(DRAFT) if drafter_kind == "model" else NGramDrafter(max_ngram=3)
         res = spec.speculative_generate(TARGET, drafter, PROMPT, L, cfg, gamma=3)
@@ -127,6 +130,7 @@ CASES = [
     ({"temperature": 1.3, "top_p": 0.8}, "model"),
     ({"temperature": 1.0}, "ngram"),
     ({"temperature": 1.0}, "model-head"),
+    ({"temperature": 1.0}, "model+lookup"),
 ]
 
 
@@ -154,6 +158,16 @@ def test_broken_residual_is_detected(cfg_kwargs, drafter_kind, monkeypatch):
     exact = exact_joint(SamplingConfig(**cfg_kwargs))
     pval = chi_square_pvalue(run_samples(cfg_kwargs, drafter_kind), exact)
     assert pval < ALPHA_SIG, f"the test failed to detect a broken sampler: p = {pval:.2e}"
+
+
+@pytest.mark.slow
+def test_extended_drafter_with_wrong_lookup_q_is_detected(monkeypatch):
+    """The looked-up tokens' q rows must be point masses: uniform rows in their place (the acceptance ratio
+    then p / (1/V)) bias the samples, and the test sees it."""
+    monkeypatch.setattr(drafters, "point_mass_rows", lambda tokens, vocab: np.full((len(tokens), vocab), 1.0 / vocab))
+    exact = exact_joint(SamplingConfig(temperature=1.0))
+    pval = chi_square_pvalue(run_samples({"temperature": 1.0}, "model+lookup", N // 4), exact)
+    assert pval < ALPHA_SIG, f"the test failed to detect a wrong q for looked-up tokens: p = {pval:.2e}"
 
 
 def test_draft_and_target_differ_enough():

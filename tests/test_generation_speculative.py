@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from minitorch.generation import (
-    ModelDrafter, NGramDrafter, SamplingConfig, generate, speculative_generate)
+    ExtendedDrafter, ModelDrafter, NGramDrafter, SamplingConfig, generate, speculative_generate)
 from minitorch.generation.speculative import next_gamma
 from minitorch.generation.stats import predicted_speedup
 from test_generation_fakes import FakeCache, FakeModel, assert_cache_equal, fresh_cache
@@ -23,10 +23,12 @@ def _drafter(kind: str):
         return ModelDrafter(DRAFT_CLOSE)
     if kind == "far":
         return ModelDrafter(DRAFT_FAR)
+    if kind == "close+lookup":  # two model tokens, then prompt lookup up to gamma
+        return ExtendedDrafter(ModelDrafter(DRAFT_CLOSE), steps=2)
     return NGramDrafter(max_ngram=3)
 
 
-@pytest.mark.parametrize("kind", ["close", "far", "ngram"])
+@pytest.mark.parametrize("kind", ["close", "far", "ngram", "close+lookup"])
 @pytest.mark.parametrize("gamma", [1, 2, 4, 7])
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_greedy_speculative_equals_autoregressive(kind, gamma, prompt):
@@ -296,3 +298,25 @@ def drafter_proposals(model, head_vocab):
     d.start([1, 2, 3], 64, model.config.vocab_size)
     toks, q = d.propose([1, 2, 3], 6, SamplingConfig(), np.random.default_rng(0))
     return toks
+
+
+def test_extended_drafter_continues_the_models_drafts_by_lookup():
+    """The model drafts `steps` tokens (greedy: no q), prompt lookup continues context + drafts; sampled:
+    the model's q rows, then point masses on the looked-up tokens."""
+    ctx = [5, 6, 7, 8, 5, 6]
+    model = ModelDrafter(TARGET)
+    d = ExtendedDrafter(model, steps=2, then=NGramDrafter(max_ngram=2))
+    d.start(ctx, 64, V)
+    drafts, q = d.propose(ctx, 5, SamplingConfig(), np.random.default_rng(0))
+    m1 = generate(TARGET, ctx, 2).tokens  # the model's own two greedy tokens
+    look, _ = NGramDrafter(max_ngram=2).propose(ctx + m1, 3, SamplingConfig(), np.random.default_rng(0))
+    assert drafts[:2] == m1 and drafts[2:] == look and len(drafts) <= 5 and q is None
+    assert d.forwards == model.forwards == 2
+    d.rollback(len(ctx) - 1)
+    drafts, q = d.propose(ctx, 4, SamplingConfig(temperature=1.0, seed=1), np.random.default_rng(1))
+    assert q.shape == (len(drafts), V) and np.allclose(q.sum(1), 1)
+    for i in range(2, len(drafts)):
+        assert q[i, drafts[i]] == 1.0  # the looked-up tokens: deterministic drafts
+    assert not np.any(q[:2] == 1.0)  # the model's rows are its distributions
+    short, _ = d.propose(ctx, 1, SamplingConfig(), np.random.default_rng(0))
+    assert len(short) == 1  # gamma below steps: the model's tokens only

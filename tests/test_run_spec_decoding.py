@@ -42,7 +42,8 @@ def fake_models(monkeypatch):
     def load(args, need_draft=None, progress=True):
         with_draft = need_draft if need_draft is not None else args.drafter == "model"
         return cli_common.Models(target=target, draft=draft if with_draft else None,
-                                 tokenizer=FakeTokenizer(), vocab_size=V, stop_ids={0}, load_seconds=0.0)
+                                 tokenizer=FakeTokenizer(), vocab_size=V, stop_ids={0}, load_seconds=0.0,
+                                 draft_extend=getattr(args, "draft_extend", 0))
 
     monkeypatch.setattr(prog, "load_models", load)
     return target, draft
@@ -98,6 +99,26 @@ def test_json_is_one_object_with_stats(fake_models, capsys):
     assert (st["drafted"], st["accepted"]) == (ref.stats["drafted"], ref.stats["accepted"]) and 0 < st["accepted"] < st["drafted"]
     assert obj["settings"]["drafter"] == "ngram" and obj["settings"]["draft"] is None
     assert "target" in obj and "speedup" in obj
+
+
+def test_draft_extend_continues_the_models_drafts_by_lookup(fake_models, capsys):
+    """--gamma 3 --draft-extend 3: the library's ExtendedDrafter with the model's 3 tokens and gamma 6, sampled
+    (the looked-up tokens' q rows are point masses next to the model's rows)."""
+    from minitorch.generation import ExtendedDrafter, ModelDrafter, SamplingConfig, speculative_generate
+
+    assert prog.main(["--prompt", "hi", "--max-new-tokens", "24", "--json", "--gamma", "3", "--draft-extend", "3",
+                      "--temperature", "0.8", "--seed", "5"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    tok = FakeTokenizer()
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "hi"}]))
+    ref = speculative_generate(fake_models[0], ExtendedDrafter(ModelDrafter(fake_models[1], V), 3), ids, 24,
+                               SamplingConfig(0.8, seed=5), stop_ids={0}, gamma=6, vocab_size=V)
+    st = obj["spec"]["stats"]
+    assert obj["spec"]["tokens"] == ref.tokens and len(ref.tokens) == 24
+    assert (st["drafted"], st["accepted"], st["draft_forwards"]) == (
+        ref.stats["drafted"], ref.stats["accepted"], ref.stats["draft_forwards"])
+    assert st["drafted"] > 3 * st["target_forwards"]  # more drafts a round than the model's 3: looked up
+    assert obj["settings"]["draft_extend"] == 3 and obj["settings"]["gamma"] == 3
 
 
 def test_stream_prints_the_same_text(fake_models, capsys):
@@ -160,6 +181,9 @@ def _run(*args: str) -> subprocess.CompletedProcess:
         (["--gamma", "0"], "--gamma"),
         (["--gamma", "two"], "--gamma"),
         (["--draft-vocab", "-1"], "--draft-vocab"),
+        (["--draft-extend", "-1"], "--draft-extend"),
+        (["--draft-extend", "2", "--drafter", "ngram"], "--drafter model"),
+        (["--draft-extend", "2", "--backend", "cuda"], "--draft-extend"),
         (["--max-new-tokens", "0"], "--max-new-tokens"),
         (["--temperature", "-1"], "temperature"),
         (["--top-p", "1.5"], "top_p"),

@@ -10,7 +10,8 @@ One small interface (`Drafter`):
 - `forwards`: number of model forwards run so far (0 for drafters without a model).
 
 `ModelDrafter` runs a small draft model with its own KV cache; `NGramDrafter` is prompt lookup
-(an n-gram match against prompt + output, as transformers' `prompt_lookup_num_tokens`).
+(an n-gram match against prompt + output, as transformers' `prompt_lookup_num_tokens`);
+`ExtendedDrafter` continues one drafter's proposals with another's (a model's, then free n-gram tokens).
 """
 from __future__ import annotations
 
@@ -147,3 +148,54 @@ class NGramDrafter:
                 s = int(starts[-1]) + n
                 return [int(t) for t in ctx[s:s + gamma]], None
         return [], None
+
+
+def point_mass_rows(tokens: Sequence[int], vocab: int) -> np.ndarray:
+    """(n, vocab) float64 rows, row i the point mass on tokens[i]: the q of a deterministic draft."""
+    q = np.zeros((len(tokens), vocab), dtype=np.float64)
+    q[np.arange(len(tokens)), np.asarray(tokens, dtype=np.int64)] = 1.0
+    return q
+
+
+class ExtendedDrafter:
+    """`first` proposes up to `steps` tokens, then `then` continues the context plus those drafts up to the
+    round's gamma (default `then`: prompt lookup). With a model first, the n-gram tokens cost no draft
+    forward, only verify rows; a round's drafts are judged in order, so they count only where all of the
+    model's were accepted. The model drafter's cache catches up on accepted n-gram tokens at its next
+    propose (ModelDrafter._sync). q: both drafters' rows, a deterministic drafter's as point masses; None
+    when both are deterministic."""
+
+    def __init__(self, first: Any, steps: int, then: Any = None) -> None:
+        if steps < 1:
+            raise ValueError(f"steps must be >= 1, got {steps}")
+        self.first, self.steps = first, int(steps)
+        self.then = then if then is not None else NGramDrafter()
+        sizes = [d.vocab_size for d in (self.first, self.then) if d.vocab_size is not None]
+        self.vocab_size: int | None = min(sizes) if sizes else None
+
+    @property
+    def forwards(self) -> int:
+        return self.first.forwards + self.then.forwards
+
+    def start(self, prompt_ids: Sequence[int], max_len: int, vocab_size: int | None = None) -> None:
+        self.first.start(prompt_ids, max_len, vocab_size)
+        self.then.start(prompt_ids, max_len, vocab_size)
+
+    def rollback(self, n_tokens: int) -> None:
+        self.first.rollback(n_tokens)
+        self.then.rollback(n_tokens)
+
+    def propose(self, tokens: Sequence[int], gamma: int, cfg: SamplingConfig,
+                rng: np.random.Generator) -> tuple[list[int], np.ndarray | None]:
+        drafts, q = self.first.propose(tokens, min(gamma, self.steps), cfg, rng)
+        more, q2 = ([], None)
+        if gamma > len(drafts) and len(drafts) == min(gamma, self.steps):
+            more, q2 = self.then.propose([*tokens, *drafts], gamma - len(drafts), cfg, rng)
+        if not more:
+            return drafts, q
+        if q is None and q2 is None:
+            return [*drafts, *more], None
+        V = (q if q is not None else q2).shape[1]
+        q = q if q is not None else point_mass_rows(drafts, V)
+        q2 = q2 if q2 is not None else point_mass_rows(more, V)
+        return [*drafts, *more], np.concatenate([q, q2])

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))                # minitorch from the checkout
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # project/: cli_common, evaluation
 from cli_common import encode_prompt, load_models, warm_up  # noqa: E402
 
-from minitorch.generation import (NGramDrafter, SamplingConfig, generate,  # noqa: E402
+from minitorch.generation import (ExtendedDrafter, NGramDrafter, SamplingConfig, generate,  # noqa: E402
                                   speculative_generate)
 
 DEFAULT_DATA = ROOT / "data" / "gsm8k" / "test.jsonl"
@@ -58,6 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ngram", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the n-gram drafter (at the first gamma)")
     ap.add_argument("--adaptive", action="store_true", help="adaptive gamma in speculative runs")
+    ap.add_argument("--extends", default="0",
+                    help="comma-separated prompt-lookup tokens after the model's drafts (--draft-extend), 0 = off")
     ap.add_argument("--draft-vocabs", default="0",
                     help="comma-separated --draft-vocab values to run for every gamma (0 = whole vocabulary)")
     ap.add_argument("--target", default=TARGET, help="target model (registry name or path)")
@@ -72,6 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     args.gamma_list = int_list(ap, "--gammas", args.gammas, minimum=1)
     args.draft_vocab_list = int_list(ap, "--draft-vocabs", args.draft_vocabs, minimum=0)
+    args.extend_list = int_list(ap, "--extends", args.extends, minimum=0)
     if args.n < 1 or args.max_new_tokens < 1:
         ap.error("--n and --max-new-tokens must be >= 1")
     if not args.data.is_file():
@@ -152,9 +155,12 @@ def run_ours(args: argparse.Namespace, prompts: list[str], rows: list[dict[str, 
                                              vocab_size=m.vocab_size))]
     for g in args.gamma_list:
         for dv in args.draft_vocab_list:
-            runs.append((f"ours_spec_g{g}" + (f"_v{dv}" if dv else ""), lambda ids, g=g, dv=dv: speculative_generate(
-                m.target, m.make_drafter("model", dv), ids, args.max_new_tokens, cfg,
-                m.stop_ids, gamma=g, adaptive_gamma=args.adaptive, vocab_size=m.vocab_size)))
+            for x in args.extend_list:  # x > 0: the model's g drafts continued by up to x prompt-lookup tokens
+                runs.append((f"ours_spec_g{g}" + (f"_v{dv}" if dv else "") + (f"_x{x}" if x else ""),
+                             lambda ids, g=g, dv=dv, x=x: speculative_generate(
+                    m.target, ExtendedDrafter(m.make_drafter("model", dv), g) if x else m.make_drafter("model", dv),
+                    ids, args.max_new_tokens, cfg, m.stop_ids, gamma=g + x, adaptive_gamma=args.adaptive,
+                    vocab_size=m.vocab_size)))
     if args.ngram:
         g0 = args.gamma_list[0]
         runs.append((f"ours_ngram_g{g0}", lambda ids: speculative_generate(

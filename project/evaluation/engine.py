@@ -80,8 +80,9 @@ def load_engine(args: argparse.Namespace, modes: Sequence[str]) -> Engine:
     warm = warm_up(models, cfg=cfg, gamma=args.gamma, drafter=args.drafter)  # first problem's timings stay warm
     print(f"[warm-up {warm:.1f} s, not part of any problem's timing]", file=sys.stderr)
     stop_ids = sorted(models.stop_ids)
-    gens = engine_generators(models.target, models.make_drafter(args.drafter), stop_ids, cfg, args.gamma,
-                             args.adaptive_gamma, models.vocab_size, functions=models.functions())
+    gens = engine_generators(models.target, models.make_drafter(args.drafter, steps=args.gamma), stop_ids, cfg,
+                             args.gamma + models.draft_extend, args.adaptive_gamma, models.vocab_size,
+                             functions=models.functions())
     if any(m.startswith("hf_") for m in modes):
         from .hf import hf_generators
 
@@ -96,6 +97,8 @@ def run_config(args: argparse.Namespace) -> dict[str, Any]:
               "draft": str(args.draft) if args.drafter == "model" else None, "gamma": args.gamma,
               "adaptive_gamma": bool(args.adaptive_gamma), "temperature": args.temperature, "top_k": args.top_k,
               "top_p": args.top_p, "seed": args.seed, "backend": args.backend, "dtype": args.dtype}
+    if getattr(args, "draft_extend", 0):  # only when on, so earlier result files still resume
+        config["draft_extend"] = args.draft_extend
     if args.backend == "cuda":  # which GPU paths ran; the cpu's settings stay as before, so its old results resume
         config["gpu"] = {k: getattr(args, k, None) for k in GPU_KNOBS}
     return config
