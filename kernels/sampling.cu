@@ -22,12 +22,13 @@
 //     sampled:             accept d_i with probability min(1, p_i(d_i) / q_i(d_i)) (u * q < p); at the
 //                          first rejection next ~ norm(max(p_i - q_i, 0)) (p_i if that has no mass);
 //                          after g acceptances next ~ p_g (bonus). q == null: point-mass drafts (q = 1 at d_i).
-//   q rows of the draft live in its ring at slot (*dpos - g + i) % Q (the draft ran g one-token steps);
-//   they hold qV <= V entries (a draft that proposes among the first qV tokens only): q = 0 beyond.
-//   Writes out = [n, d_1..d_n, next] and sets up the next round without the host: target *tpos += n + 1
-//   and ttok[0] = next; for a draft decoder (dpos != null) *dpos = p0 + n + 1, dtok[0] = next, or
-//   when all g were accepted *dpos = p0 + g, dtok = [d_g, next] (its next step feeds two tokens;
-//   d_0 = the pending token when g = 0). rng[1] += g + 1.
+//   The first gq drafts are the draft decoder's (gq = g, or fewer when the host appended looked-up tokens
+//   d_gq+1..d_g, which are point masses); their q rows live in its ring at slot (*dpos - gq + i) % Q (the
+//   draft ran gq steps); they hold qV <= V entries (a draft that proposes among the first qV tokens only):
+//   q = 0 beyond. Writes out = [n, d_1..d_n, next] and sets up the next round without the host: target
+//   *tpos += n + 1 and ttok[0] = next; for a draft decoder (dpos != null) *dpos = p0 + n + 1, dtok[0] =
+//   next, or when its gq drafts were accepted *dpos = p0 + gq, dtok = [d_gq, d_gq+1..d_n, next] (its next
+//   step feeds n - gq + 2 tokens; d_0 = the pending token when gq = 0). rng[1] += g + 1.
 // gather_drafts: grid (1), block (128). ttok[1 + j] = history[*dpos - g + 1 + j] for j < g: the draft's
 //   g newest tokens become the verify step's input after the pending token.
 // rng: uniform(seed, counter) = splitmix64 finaliser of (mix(seed) + counter * golden ratio), top 24
@@ -296,7 +297,7 @@ sample_f32(const float* logits, i64 ld, float* probs, i64 ldp, int Q, const int*
 
 __global__ void __launch_bounds__(SAMPLE_THREADS)
 spec_accept(const float* p, i64 ldp, const i64* argmax, const float* q, i64 ldq, int qV, int Q, int* dpos,
-            const i64* drafts, int g, int V, int* tpos, i64* ttok, i64* dtok, i64* out, u64* rng) {
+            const i64* drafts, int g, int gq, int V, int* tpos, i64* ttok, i64* dtok, i64* out, u64* rng) {
   __shared__ Scratch s;
   __shared__ int res[2];
   pdl_wait();
@@ -304,7 +305,7 @@ spec_accept(const float* p, i64 ldp, const i64* argmax, const float* q, i64 ldq,
   row_slice(V, lo, hi);
   int p0 = *tpos;
   i64 pending = ttok[0];
-  int qbase = dpos ? *dpos - g : 0;
+  int qbase = dpos ? *dpos - gq : 0;
   u64 seed = rng ? rng[0] : 0, ctr = rng ? rng[1] : 0;
   if (threadIdx.x == 0) {  // the acceptance tests: a few scalar reads, in order (every block the same)
     int n = 0;
@@ -315,7 +316,7 @@ spec_accept(const float* p, i64 ldp, const i64* argmax, const float* q, i64 ldq,
         continue;
       }
       float pd = p[(i64)n * ldp + d];
-      float qd = q ? (d < qV ? q[(i64)((qbase + n) % Q) * ldq + d] : 0.f) : 1.f;
+      float qd = q && n < gq ? (d < qV ? q[(i64)((qbase + n) % Q) * ldq + d] : 0.f) : 1.f;
       if (!(uniform01(seed, ctr + n) * qd < pd)) break;
     }
     res[0] = n;
@@ -331,7 +332,7 @@ spec_accept(const float* p, i64 ldp, const i64* argmax, const float* q, i64 ldq,
       tok = pick_index([&](int i) { return pn[i]; }, lo, hi, u, s);
     } else {
       i64 d = drafts[n];
-      const float* qn = q ? q + (i64)((qbase + n) % Q) * ldq : nullptr;
+      const float* qn = q && n < gq ? q + (i64)((qbase + n) % Q) * ldq : nullptr;
       auto resid = [&](int i) { return fmaxf(pn[i] - (qn ? (i < qV ? qn[i] : 0.f) : (i == d ? 1.f : 0.f)), 0.f); };
       float mass = 0.f;
       for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) mass += resid(i);
@@ -349,10 +350,10 @@ spec_accept(const float* p, i64 ldp, const i64* argmax, const float* q, i64 ldq,
     *tpos = p0 + n + 1;
     ttok[0] = next;
     if (dpos) {
-      if (n == g) {
-        *dpos = p0 + g;
-        dtok[0] = g > 0 ? drafts[g - 1] : pending;
-        dtok[1] = next;
+      if (n >= gq) {  // the draft's own tokens all accepted: it feeds its last one, the accepted lookups, next
+        *dpos = p0 + gq;
+        for (int j = 0; j <= n - gq; ++j) dtok[j] = gq - 1 + j >= 0 ? drafts[gq - 1 + j] : pending;
+        dtok[n - gq + 1] = next;
       } else {
         *dpos = p0 + n + 1;
         dtok[0] = next;

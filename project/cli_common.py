@@ -112,7 +112,7 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-extend", type=int, default=0, metavar="N",
                    help="after the draft model's gamma tokens, up to N more by prompt lookup (the n-gram "
                         "continuation of context + drafts: no draft forward, only verify rows; "
-                        "ExtendedDrafter); lossless; 0 = off (default). --backend cpu and --dtype float32 only")
+                        "ExtendedDrafter); lossless; 0 = off (default)")
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingConfig:
@@ -133,8 +133,7 @@ def check_spec_args(args: argparse.Namespace) -> None:
         raise UserError(f"--draft-extend must be >= 0, got {extend}")
     if extend and getattr(args, "drafter", "model") != "model":
         raise UserError("--draft-extend continues a draft model's tokens: it needs --drafter model")
-    if extend and graph_decoders(args):
-        raise UserError("--draft-extend is not yet available on the CUDA-graph path (--backend cuda)")
+
     if args.backend != "cuda" and args.dtype == "bfloat16":
         raise UserError("--dtype bfloat16 needs --backend cuda")
 
@@ -192,6 +191,7 @@ class Models:
         n = self.draft_vocab if draft_vocab is None else draft_vocab
         if self.on_gpu_graphs:  # the draft decoder itself; its LM head computes the first n rows for the run
             self.draft.propose_vocab = n or None
+            self.draft.lookup_steps = steps if self.draft_extend and steps else None
             return self.draft
         model = ModelDrafter(self.draft, self.vocab_size, head_vocab=n or None)
         return ExtendedDrafter(model, steps) if self.draft_extend and steps else model
@@ -303,7 +303,8 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
         check_compatible(draft_tok, tok)
     vocab = min(target.V, draft.V if draft is not None else target.V, int(tok.vocab_size))
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab, stop_ids=set(tok.stop_token_ids),
-                  load_seconds=time.perf_counter() - t0, on_gpu_graphs=True)
+                  load_seconds=time.perf_counter() - t0, on_gpu_graphs=True,
+                  draft_extend=getattr(args, "draft_extend", 0))
 
 
 WARM_PROMPT_TOKENS = 128  # long enough for every prefill path: more than 16 rows (the packed kernel's
@@ -323,7 +324,8 @@ def warm_up(models: Models, prompt_ids: Sequence[int] | None = None, cfg: Any = 
 
     t0 = time.perf_counter()
     generate, speculative = models.functions()
-    new = 2 * gamma + 2
+    total = gamma + models.draft_extend  # a round's drafts: the model's gamma and the looked-up ones
+    new = 2 * total + 2
     limits = [context_limit(m) for m in (models.target, models.draft) if m is not None]
     n = min([WARM_PROMPT_TOKENS] + [lim - new - 1 for lim in limits if lim])
     base = list(prompt_ids or []) or [3 + i % max(models.vocab_size - 3, 1) for i in range(n)]
@@ -333,8 +335,8 @@ def warm_up(models: Models, prompt_ids: Sequence[int] | None = None, cfg: Any = 
             generate(model, ids, 3, cfg, vocab_size=models.vocab_size)
     kind = drafter or ("model" if models.draft is not None else "ngram")
     if kind == "ngram" or models.draft is not None:
-        speculative(models.target, models.make_drafter(kind), ids, new, cfg, gamma=gamma,
-                    vocab_size=models.vocab_size)
+        speculative(models.target, models.make_drafter(kind, steps=gamma), ids, new, cfg,
+                    gamma=total if kind == "model" else gamma, vocab_size=models.vocab_size)
     return time.perf_counter() - t0
 
 

@@ -144,9 +144,9 @@ def test_draws_follow_the_probabilities(case, C):
 
 
 def run_accept(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, seed: int = 5, C: int = 1) -> np.ndarray:
-    """spec_accept (a cluster of C blocks) once per row of drafts (N, g) with fixed p (g+1, V) and q (g, Vq)
-    (Vq <= V: a draft that proposes among the first Vq tokens; None: point mass); returns out (N, g + 2) =
-    [n, d_1..d_n, next, ...]."""
+    """spec_accept (a cluster of C blocks) once per row of drafts (N, g) with fixed p (g+1, V) and q (gq, Vq)
+    (Vq <= V: a draft that proposes among the first Vq tokens; gq < g: drafts past the first gq are looked-up
+    point masses; None: all point masses); returns out (N, g + 2) = [n, d_1..d_n, next, ...]."""
     import cupy as cp
 
     from minitorch.cuda.launch import SAMPLE_THREADS
@@ -159,6 +159,7 @@ def run_accept(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, seed: in
     P = cp.asarray(p.astype(np.float32))
     Qd = cp.asarray(q.astype(np.float32)) if q is not None else None
     Vq = q.shape[1] if q is not None else 0
+    gq = q.shape[0] if q is not None else g
     D = cp.asarray(drafts.astype(np.int64))
     out = cp.zeros((N, g + 2), cp.int64)
     tpos, ttok = cp.zeros(1, cp.int32), cp.zeros(1, cp.int64)
@@ -169,7 +170,8 @@ def run_accept(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, seed: in
         k.launch("spec_accept", (C,), (SAMPLE_THREADS,),
                  (P, np.int64(V), z, Qd if Qd is not None else z, np.int64(max(Vq, 1)), np.int32(Vq),
                   np.int32(max(g, 1)), z, D[i],
-                  np.int32(g), np.int32(V), tpos, ttok, z, out[i], rng), cluster=(C, 1, 1) if C > 1 else None)
+                  np.int32(g), np.int32(gq), np.int32(V), tpos, ttok, z, out[i], rng),
+                 cluster=(C, 1, 1) if C > 1 else None)
     cp.cuda.runtime.deviceSynchronize()
     assert int(rng[1].get()) == N * (g + 1)  # the kernel advanced its counter by g + 1 per round
     return out.get()
@@ -180,18 +182,24 @@ def random_probs(r: np.random.Generator, rows: int, V: int, scale: float) -> np.
     return x / x.sum(axis=1, keepdims=True)
 
 
-def acceptance_inputs(point_mass: bool, C: int, narrow: bool = False) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    """(p (g+1, V), q (g, Vq) or None, drafts (N, g)) of the acceptance test: drafts drawn from q, or each
+def acceptance_inputs(point_mass: bool, C: int, narrow: bool = False,
+                      model_rows: int | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(p (g+1, V), q (gq, Vq) or None, drafts (N, g)) of the acceptance test: drafts drawn from q, or each
     position's second most likely token (point mass). narrow: q covers the first 3/4 of the tokens only
-    (a draft with a smaller vocabulary: q = 0 beyond; the residual draws must still follow p)."""
+    (a draft with a smaller vocabulary: q = 0 beyond; the residual draws must still follow p). model_rows:
+    only the first gq drafts come from q, the rest are point masses (a draft model's tokens continued by
+    prompt lookup, --draft-extend)."""
     r = np.random.default_rng(7)
     V, g, N = (8 if C == 1 else 40), 3, 12_000  # 40 tokens: every block of a 16-block cluster holds some
     p = random_probs(r, g + 1, V, 1.0)
-    q = None if point_mass else random_probs(r, g, V * 3 // 4 if narrow else V, 1.5)
+    gq = g if model_rows is None else model_rows
+    q = None if point_mass else random_probs(r, gq, V * 3 // 4 if narrow else V, 1.5)
+    fixed = np.tile(np.argsort(-p[:g], axis=1)[:, 1], (N, 1))  # each position's second most likely token
     if point_mass:
-        drafts = np.tile(np.argsort(-p[:g], axis=1)[:, 1], (N, 1))  # each position's second most likely token
+        drafts = fixed
     else:
-        drafts = np.stack([r.choice(q.shape[1], size=N, p=q[i]) for i in range(g)], axis=1)
+        drafts = np.concatenate([np.stack([r.choice(q.shape[1], size=N, p=q[i]) for i in range(gq)], axis=1),
+                                 fixed[:, gq:]], axis=1)
     return p, q, drafts
 
 
@@ -215,19 +223,21 @@ def check_acceptance(out: np.ndarray, p: np.ndarray, q: np.ndarray | None, draft
 
 
 @pytest.mark.parametrize("C", [1, 16], ids=["1-block", "cluster-16"])
-@pytest.mark.parametrize("kind", ["model-draft", "point-mass", "narrow-draft"])
+@pytest.mark.parametrize("kind", ["model-draft", "point-mass", "narrow-draft", "model+lookup"])
 def test_acceptance_emits_target_distributed_tokens(kind, C):
     if C not in clusters():
         pytest.skip("no thread-block clusters on this device")
-    p, q, drafts = acceptance_inputs(kind == "point-mass", C, narrow=kind == "narrow-draft")
+    p, q, drafts = acceptance_inputs(kind == "point-mass", C, narrow=kind == "narrow-draft",
+                                     model_rows=1 if kind == "model+lookup" else None)
     check_acceptance(run_accept(p, q, drafts, C=C), p, q, drafts)
 
 
 # ------------------------------------------------------------------ the engine on small random models
-def pair(mode=None, persistent=False, propose_vocab=None, int8_weights=False, draft_gemv=None):
+def pair(mode=None, persistent=False, propose_vocab=None, int8_weights=False, draft_gemv=None, lookup_steps=None):
     """A target and an unrelated draft (persistent: the draft's steps in kernels/persistent.cu; propose_vocab:
     the draft proposes among that many first token ids only; int8_weights: its one-token steps on 8-bit rows;
-    draft_gemv: the draft's GEMV instead of the target's)."""
+    draft_gemv: the draft's GEMV instead of the target's; lookup_steps: it drafts that many tokens a round and
+    prompt lookup continues them up to gamma, --draft-extend)."""
     from minitorch import FastBackend
     from test_cuda_model import CONFIGS, build, decoder_of
 
@@ -239,6 +249,7 @@ def pair(mode=None, persistent=False, propose_vocab=None, int8_weights=False, dr
     draft = decoder_of(draft_kw, wd, persistent=persistent, int8_weights=int8_weights,
                        **{**mode, **({"gemv": draft_gemv} if draft_gemv else {})})
     draft.propose_vocab = propose_vocab
+    draft.lookup_steps = lookup_steps
     return decoder_of(CONFIGS[0], wt, **mode), draft
 
 
@@ -246,7 +257,8 @@ PROMPT = [5, 17, 42, 8, 1, 30]
 
 
 DRAFTS = {"kernels": {}, "persistent-draft": dict(persistent=True), "draft-vocab-60": dict(propose_vocab=60),
-          "int8": dict(int8_weights=True), "ourstc-int8": dict(draft_gemv="ourstc", int8_weights=True)}
+          "int8": dict(int8_weights=True), "ourstc-int8": dict(draft_gemv="ourstc", int8_weights=True),
+          "lookup-2": dict(lookup_steps=2)}  # gamma 4: two draft tokens, up to two looked up
 
 
 @pytest.mark.parametrize("draft_kind", list(DRAFTS))
@@ -281,6 +293,28 @@ def test_sampled_self_speculation_accepts_every_draft():
     for cfg in (SamplingConfig(temperature=1.0, seed=3), SamplingConfig(temperature=0.8, top_k=20, top_p=0.9, seed=4)):
         res = speculative_generate_cuda(target, same, PROMPT, 48, cfg, gamma=4)
         assert res.stats["alpha"] == 1.0 and res.stats["accept_length_hist"][-1] == res.stats["rounds"] - 1
+
+
+def test_sampled_self_speculation_with_lookup_accepts_every_draft_token():
+    """The target as its own draft, continued by prompt lookup (draft.lookup_steps = 2, gamma 5): every draft
+    token is accepted (its q rows, read at the slots after a first step of up to 5 tokens, equal p); the looked-
+    up ones only where they match. Greedy: the output equals greedy decoding and some looked-up tokens were
+    accepted (a repetitive prompt)."""
+    from minitorch import FastBackend
+    from minitorch.generation.cuda import generate_cuda, speculative_generate_cuda
+    from test_cuda_model import CONFIGS, build, decoder_of
+
+    _, w = build(CONFIGS[0], FastBackend, seed=1)
+    target, same = decoder_of(CONFIGS[0], w, gemv="ours"), decoder_of(CONFIGS[0], w, gemv="ours")
+    same.lookup_steps = 2
+    for cfg in (SamplingConfig(temperature=1.0, seed=3), SamplingConfig(temperature=0.8, top_k=20, top_p=0.9, seed=4)):
+        st = speculative_generate_cuda(target, same, PROMPT * 4, 48, cfg, gamma=5).stats
+        acc, judged = st["per_position_acceptance"], st["per_position_judged"]
+        assert acc[0] == acc[1] == 1.0 and judged[0] >= st["rounds"] - 1
+    res = speculative_generate_cuda(target, same, PROMPT * 4, 48, gamma=5)
+    assert res.tokens == generate_cuda(target, PROMPT * 4, 48).tokens
+    st = res.stats
+    assert st["draft_forwards"] < st["accepted"]  # looked-up tokens were accepted: no draft step made them
 
 
 def test_vocabularies_of_different_sizes():
@@ -353,6 +387,10 @@ def test_cli_backend_cuda_end_to_end(model_folders):
     assert res.returncode == 0, res.stderr
     narrow = json.loads(res.stdout)
     assert narrow["spec"]["tokens"] == narrow["target"]["tokens"] == gpu["target"]["tokens"]
+    res = _run(*common, "--backend", "cuda", "--draft-extend", "3")  # gamma 4 + up to 3 looked-up tokens
+    assert res.returncode == 0, res.stderr
+    ext = json.loads(res.stdout)
+    assert ext["spec"]["tokens"] == gpu["target"]["tokens"] and ext["settings"]["draft_extend"] == 3
 
 
 from test_run_spec_decoding import model_folders  # noqa: E402,F401  (the fixture)

@@ -183,7 +183,6 @@ def _run(*args: str) -> subprocess.CompletedProcess:
         (["--draft-vocab", "-1"], "--draft-vocab"),
         (["--draft-extend", "-1"], "--draft-extend"),
         (["--draft-extend", "2", "--drafter", "ngram"], "--drafter model"),
-        (["--draft-extend", "2", "--backend", "cuda"], "--draft-extend"),
         (["--max-new-tokens", "0"], "--max-new-tokens"),
         (["--temperature", "-1"], "temperature"),
         (["--top-p", "1.5"], "top_p"),

@@ -116,3 +116,21 @@ def test_narrow_draft_rule_passes_and_a_row_overrun_fails():
     overrun = np.stack([flat[i * Vq:i * Vq + V] for i in range(q.shape[0])])
     with pytest.raises(AssertionError):
         check_acceptance(simulate(spec.accept_sampled, p, overrun, drafts), p, q, drafts)
+
+
+def _lookup_q(q, drafts, rows_for_lookups):
+    """The model's q rows then, for the looked-up drafts (the same tokens in every row here), the given rows."""
+    return np.concatenate([q, rows_for_lookups(drafts[0, q.shape[0]:], q.shape[1])])
+
+
+def test_lookup_drafts_pass_the_device_check_as_point_masses_only():
+    """A draft model's token continued by two looked-up tokens (kernels/sampling.cu spec_accept with gq < g):
+    the CPU rule with point masses for the looked-up tokens passes check_acceptance; with uniform q rows
+    there (what a kernel reading the model's ring past its gq rows could amount to) it fails."""
+    from minitorch.generation.drafters import point_mass_rows
+
+    p, q, drafts = acceptance_inputs(False, 1, model_rows=1)
+    check_acceptance(simulate(spec.accept_sampled, p, _lookup_q(q, drafts, point_mass_rows), drafts), p, q, drafts)
+    uniform = _lookup_q(q, drafts, lambda toks, V: np.full((len(toks), V), 1.0 / V))
+    with pytest.raises(AssertionError):
+        check_acceptance(simulate(spec.accept_sampled, p, uniform, drafts), p, q, drafts)

@@ -238,6 +238,9 @@ class CudaDecoder:
         # as a speculative draft: propose among the first propose_vocab token ids only (None: the shared
         # vocabulary); minitorch/generation/cuda.py limits the LM head to them for the run
         self.propose_vocab: Optional[int] = None
+        # as a speculative draft: its tokens a round, continued by prompt lookup up to gamma (None: no lookup;
+        # minitorch/generation/cuda.py, --draft-extend)
+        self.lookup_steps: Optional[int] = None
         self.L = cfg.num_hidden_layers
         self.max_len, self.max_tokens = max_len, max_tokens
         self.eps = float(cfg.rms_norm_eps)

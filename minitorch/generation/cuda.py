@@ -8,12 +8,16 @@ the same statistics. One speculative round is:
 
     draft:   gamma replays of the draft's one-token graph (its first step feeds [d_gamma, bonus] after a
              fully accepted round: two tokens), each ending in the draft's argmax or sampled token and,
-             when sampling, its probability row q kept in a ring
+             when sampling, its probability row q kept in a ring. With draft.lookup_steps (--draft-extend)
+             the draft makes that many and the host continues them by prompt lookup up to gamma (it reads
+             the draft's tokens first: a second synchronisation); the looked-up tokens are point masses to
+             the acceptance rule, and after a round that accepted them the draft's first step feeds
+             [its last token, the accepted looked-up ones, bonus]
     verify:  one graph = copy the draft's tokens into the target's input (device to device), the target
              step over [pending, d_1..d_gamma], its argmax or filtered probability rows p, and spec_accept:
              the acceptance rule, the correction / bonus draw, both caches' positions rolled to the
              accepted prefix, both decoders' next inputs written
-    read:    [n_accepted, d_1..d_n, next] back to the host: the round's only synchronisation
+    read:    [n_accepted, d_1..d_n, next] back to the host: the round's only synchronisation (without lookup)
 
 Both decoders share one stream, so the verify step follows the draft steps without the host waiting.
 With the n-gram drafter the host writes the proposed tokens into the target's input instead, and the
@@ -36,6 +40,7 @@ import numpy as np
 from ..cuda.launch import SAMPLE_THREADS
 from .autoregressive import TokenCallback, autoregressive_result, check_request, emit
 from .sampling import SamplingConfig
+from .drafters import NGramDrafter
 from .speculative import MAX_ADAPTIVE_GAMMA, next_gamma
 from .stats import GenerationResult, SpecStats, Timer
 
@@ -120,15 +125,23 @@ def generate_cuda(dec: Any, prompt_ids: Sequence[int], max_new_tokens: int, cfg:
     return autoregressive_result(out, stops, forwards, timer, time.perf_counter() - t0)  # sampling: on the device
 
 
-def _verify(target: Any, draft: Any, g: int) -> None:
-    """Replay (capturing on first use) the verify graph for g drafts: gather, target step, accept."""
+def _gather(target: Any, draft: Any, gq: int) -> None:
+    """The draft decoder's gq newest tokens into the target's input after the pending token."""
+    target.k.launch("gather_drafts", (1,), (128,), (target.tokens, draft.history, draft.pos, np.int32(gq)))
+
+
+def _verify(target: Any, draft: Any, g: int, gq: int | None = None, gather: bool = True) -> None:
+    """Replay (capturing on first use) the verify graph for g drafts: gather (unless the host did), target
+    step, accept. The first gq (default g) drafts are the draft decoder's; the host wrote the rest (looked-up
+    tokens, point masses to the acceptance rule) into the target's input."""
     i32, i64, z = np.int32, np.int64, np.uint64(0)
+    gq = g if gq is None else gq
     sampled = target.sampling is not None
-    key = ("verify", g, id(draft), target.sampling, None if draft is None else draft.sampling)
+    key = ("verify", g, gq, gather, id(draft), target.sampling, None if draft is None else draft.sampling)
 
     def enqueue() -> None:
-        if draft is not None and g > 0:
-            target.k.launch("gather_drafts", (1,), (128,), (target.tokens, draft.history, draft.pos, i32(g)))
+        if draft is not None and gq > 0 and gather:
+            _gather(target, draft, gq)
         target._step(g + 1, True, False)
         q = draft.probs if draft is not None and sampled else z
         C = target.sample_cluster
@@ -136,7 +149,7 @@ def _verify(target: Any, draft: Any, g: int) -> None:
                         (target.probs if sampled else z, i64(target.nv), target.next_ids, q,
                          i64(draft.nv if draft is not None else 1), i32(draft.nv if draft is not None else 0),
                          i32(draft.max_tokens if draft is not None else 1), draft.pos if draft is not None else z,
-                         target.tokens[1:], i32(g), i32(target.nv), target.pos, target.tokens,
+                         target.tokens[1:], i32(g), i32(gq), i32(target.nv), target.pos, target.tokens,
                          draft.tokens if draft is not None else z, target.spec_out, target.rng if sampled else z),
                         cluster=(C, 1, 1) if C > 1 else None)
 
@@ -154,7 +167,9 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     vocab_size: candidate tokens are the first vocab_size logits (default: the shared vocabulary, the
     smaller of the two decoders' logit counts; checkpoints often pad theirs differently). A draft decoder
     whose propose_vocab is set proposes among that many first token ids only (its LM head computes that
-    slice; the target still chooses among all of them)."""
+    slice; the target still chooses among all of them). A draft decoder whose lookup_steps is set drafts
+    that many tokens a round and prompt lookup (NGramDrafter over the context and those drafts) continues
+    them up to gamma (--draft-extend; the host reads the draft's tokens before the verify)."""
     cfg = cfg or SamplingConfig()
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma (draft length) must be an integer >= 1, got {gamma!r}")
@@ -164,9 +179,13 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     prompt = [int(t) for t in prompt_ids]
     draft = None if hasattr(drafter, "propose") else drafter
     _check(target, prompt, max_new_tokens, limit + 1)
+    steps = getattr(draft, "lookup_steps", None) if draft is not None else None
+    lookup = NGramDrafter() if steps else None
     if draft is not None:
         _check(draft, prompt, max_new_tokens, limit + 2)
-        if draft.max_tokens < max(2, limit):  # its two-token step; its ring of q rows holds a round's drafts
+        # its first step feeds [its last draft, the accepted looked-up tokens, next]; its ring of q rows holds
+        # a round's drafts
+        if draft.max_tokens < max(2 + (max(limit - steps, 0) if steps else 0), limit):
             raise ValueError("the draft decoder's max_tokens is too small for this gamma")
         draft.share_stream(target)
     stops = set(int(s) for s in (stop_ids or ()))
@@ -190,16 +209,28 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     events = [cp.cuda.Event() for _ in range(3)]
     context = list(prompt)
     out: list[int] = []
-    g_now, two, done = gamma, False, False
+    g_now, first_T, done = gamma, 1, False
     rng = cfg.make_rng()  # only for a host drafter's propose() signature
     while not done:
         g = min(g_now, max_new_tokens - len(out) - 1)  # a round emits at most g + 1 tokens
+        gq = min(g, steps) if steps else g  # the draft decoder's tokens of the round
         events[0].record(stream)
-        if draft is not None and g > 0:
-            draft.replay(2 if two else 1, all_logits=False, advance=True)
-            for _ in range(g - 1):
+        if draft is not None and gq > 0:
+            draft.replay(first_T, all_logits=False, advance=True)
+            for _ in range(gq - 1):
                 draft.replay(1, all_logits=False, advance=True)
-            st.draft_forwards += g
+            st.draft_forwards += gq
+        if lookup is not None:  # continue the draft's tokens by prompt lookup, on the host
+            more: list[int] = []
+            if gq > 0:
+                _gather(target, draft, gq)
+                mine = [int(t) for t in target.tokens[1:1 + gq].get(stream=stream)]  # waits for the draft
+                if g > gq:
+                    more, _ = lookup.propose(context + mine, g - gq, cfg, rng)
+                    if more:
+                        with stream:
+                            target.tokens[1 + gq:1 + gq + len(more)].set(np.asarray(more, np.int64), stream=stream)
+            g = gq + len(more)
         elif draft is None and g > 0:
             drafts, _ = drafter.propose(context, g, cfg, rng)
             g = len(drafts)
@@ -207,7 +238,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
                 with stream:
                     target.tokens[1:1 + g].set(np.asarray(drafts, np.int64), stream=stream)
         events[1].record(stream)
-        _verify(target, draft, g)
+        _verify(target, draft, g, gq, gather=lookup is None)
         events[2].record(stream)
         res = target.spec_out[:g + 2].get(stream=stream)  # waits for the round
         st.timer.add("draft", cp.cuda.get_elapsed_time(events[0], events[1]) / 1e3)  # GPU time (ms -> s)
@@ -219,7 +250,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         context.extend(out[len(out) - n_emit:])
         if on_tokens is not None:
             on_tokens(out[len(out) - n_emit:])
-        two = n == g
+        first_T = n - gq + 2 if n >= gq else 1  # the draft feeds [d_gq, accepted lookups, next] or [next]
         if adaptive_gamma:
             g_now = min(next_gamma(g_now, g, n), limit)  # next_gamma stays within 1..MAX_ADAPTIVE_GAMMA
     stats = st.as_dict(time.perf_counter() - t0)

@@ -146,7 +146,11 @@ def run_ours(args: argparse.Namespace, prompts: list[str], rows: list[dict[str, 
     """Our runs on every prompt; returns the prompt ids (for the HF comparison)."""
     ns = argparse.Namespace(target=args.target, draft=args.draft, drafter="model", backend="cpu", dtype="float32")
     m = load_models(ns, progress=False)
-    warm_up(m)
+    for g in args.gamma_list:  # every round shape the timed runs use (each row count compiles its kernels once)
+        for x in args.extend_list:
+            m.draft_extend = x
+            warm_up(m, gamma=g)
+    m.draft_extend = 0
     args.stop_ids = sorted(m.stop_ids)
     cfg = SamplingConfig()
     all_ids = []
