@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Issue 14 device calls, one mode a call (run from the repository root on the GPU machine; logs under $OUT,
 # LIMIT = the call's seconds). Each mode's comment says what to carry.
+# Next session's first call: bash tools/gpu_issue14.sh ext   (--draft-extend's GPU tests; unrun so far), then
+# realx with the real pair (--draft-extend 0 / 2 / 3 / 4, MATH-500, t 0.6, the demo).
 # Random weights: bash tools/gpu_issue14.sh i8t2   the draft's 8-bit rows and gemv "ourstc": tests, broken build, steps
 # Real weights: after `.stage/assemble.sh join` (the staging tool beside the repository writes .stage/; with the
 # tracked tree now over 4 MB its 60 MiB pieces no longer fit a call's 64 MiB: round 10 split the GGUFs into
@@ -222,6 +224,30 @@ i8t2)  # round 10, calls 2-4: the 8-bit draft rows' two-token kernels (gemv2*_i8
   PAT=$P run spec_ourstc_i8 60 python3 project/bench/throughput.py $S --draft-gemv ourstc --int8 draft
   [ -n "${ALL:-}" ] && PAT='passed|failed|rc=|Error' TAILN=30 run tests_all 330 python3 -m pytest -q -m gpu -p no:cacheprovider
   cd "$OUT" && tar czf all_i8t2.tgz *.log && rm -f spec_*.log s05_*.log
+  ;;
+ext)  # round 11, first call: --draft-extend on the GPU (written after round 10's last call); carry
+  # minitorch/cuda_kernels (sampling.cu changed: spec_accept's gq)
+  PAT='passed|failed|rc=|Error' TAILN=30 run tests_ext 300 python3 -m pytest -q -m gpu -p no:cacheprovider \
+      tests/test_cuda_sampling.py tests/test_cuda_int8.py tests/test_cuda_prefill.py tests/test_cuda_model.py
+  [ -n "${ALL:-}" ] && PAT='passed|failed|rc=|Error' TAILN=30 run tests_all 330 python3 -m pytest -q -m gpu -p no:cacheprovider
+  cd "$OUT" && tar czf all_ext.tgz *.log
+  ;;
+realx)  # round 11, after `.stage/assemble.sh join`: --draft-extend 0 / 2 / 3 / 4 with the defaults, one call;
+  # carry .whl and minitorch/cuda_kernels
+  export MINITORCH_SPEC_CACHE=/root/cache
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+  [ -f minitorch/cuda_kernels/gemv.fatbin ] || ./compile_cuda.sh > /dev/null 2>&1
+  B="--limit 20 --backend cuda --no-plots --no-progress"
+  PG='speedup|^spec |^target |time:|rc=|Error|error'
+  for x in 0 3 2 4; do
+    PAT=$PG TAILN=8 run gsm8k_x$x 100 python3 project/benchmark_gsm8k.py $B --draft-extend $x -o $OUT/gsm8k_x$x.jsonl
+  done
+  PAT=$PG TAILN=8 run math500_x3 110 python3 project/benchmark_limo.py --dataset math500 $B --draft-extend 3 -o $OUT/math500_x3.jsonl
+  PAT=$PG TAILN=8 run gsm8k_t06_x3 100 python3 project/benchmark_gsm8k.py $B --draft-extend 3 --temperature 0.6 --top-p 0.95 -o $OUT/gsm8k_t06_x3.jsonl
+  PAT=$PG TAILN=8 run gsm8k_x3_ours 100 python3 project/benchmark_gsm8k.py $B --draft-extend 3 --gpu-gemv ours -o $OUT/gsm8k_x3_ours.jsonl
+  PAT='.' TAILN=12 run demo_x3 60 python3 project/run_spec_decoding.py --backend cuda --draft-extend 3
+  cd "$OUT" && tar czf real_x.tgz *.log *.jsonl *.json 2>/dev/null; rm -f *.jsonl *.log *.json
   ;;
 realq)  # round 10, after `.stage/assemble.sh join`: graph prefill, the draft's two-token steps on tensor cores
   # (ourstc) and its 8-bit rows against round 9's settings, one call; carry .whl and minitorch/cuda_kernels
