@@ -223,7 +223,8 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         if lookup is not None:  # continue the draft's tokens by prompt lookup, on the host
             more: list[int] = []
             if gq > 0:
-                _gather(target, draft, gq)
+                with stream:  # launches go to CuPy's current stream
+                    _gather(target, draft, gq)
                 mine = [int(t) for t in target.tokens[1:1 + gq].get(stream=stream)]  # waits for the draft
                 if g > gq:
                     more, _ = lookup.propose(context + mine, g - gq, cfg, rng)
@@ -233,7 +234,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
             g = gq + len(more)
         elif draft is None and g > 0:
             drafts, _ = drafter.propose(context, g, cfg, rng)
-            g = len(drafts)
+            g = gq = len(drafts)
             if g:
                 with stream:
                     target.tokens[1:1 + g].set(np.asarray(drafts, np.int64), stream=stream)
