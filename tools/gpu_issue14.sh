@@ -26,6 +26,12 @@ run() {  # run NAME TIMEOUT CMD...: log to $OUT/NAME.log, print its tail
   timeout "$t" "$@" > "$OUT/$name.log" 2>&1; echo "rc=$?" >> "$OUT/$name.log"
   grep -E "${PAT:-tokens/sec|speedup|passed|failed|error|Error|rc=|tree|cost model|engine|decode step}" "$OUT/$name.log" | cut -c1-260 | tail -${TAILN:-14}
 }
+real_env() {  # the real pair staged in /root/cache, the carried wheels (gguf, math-verify), the kernels built
+  export MINITORCH_SPEC_CACHE=/root/cache
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+  [ -f minitorch/cuda_kernels/gemv.fatbin ] || ./compile_cuda.sh > /dev/null 2>&1
+}
 case "${1:-}" in
 rs)  # the verify GEMVs' reduce-scatter: bits, a deliberately broken order, A/B against -DGEMV_RS=0
   G="-gencode=arch=compute_90,code=sm_90"
@@ -187,10 +193,7 @@ i8v)  # round 9, last call: 8-bit draft rows, variants of the chunk (8 / 16 code
   cd "$OUT" && tar czf all_i8v.tgz *.log && rm -f s05_*.log t_*.log
   ;;
 realtc)  # after `.stage/assemble.sh join`: the tensor-core exact mode (default) against gemv "ours", real pair
-  export MINITORCH_SPEC_CACHE=/root/cache
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-  [ -f minitorch/cuda_kernels/gemv.fatbin ] || ./compile_cuda.sh > /dev/null 2>&1
+  real_env
   T=qwen2.5-coder-1.5b-instruct; D=qwen2.5-coder-0.5b-instruct
   B="--limit 20 --backend cuda --no-plots --no-progress"
   PB='tokens/sec|decode step|rc=|Error|error'
@@ -234,10 +237,7 @@ ext)  # round 11, first call: --draft-extend on the GPU (written after round 10'
   ;;
 realx)  # round 11, after `.stage/assemble.sh join`: --draft-extend 0 / 2 / 3 / 4 with the defaults, one call;
   # carry .whl and minitorch/cuda_kernels
-  export MINITORCH_SPEC_CACHE=/root/cache
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-  [ -f minitorch/cuda_kernels/gemv.fatbin ] || ./compile_cuda.sh > /dev/null 2>&1
+  real_env
   B="--limit 20 --backend cuda --no-plots --no-progress"
   PG='speedup|^spec |^target |time:|rc=|Error|error'
   # tools/sim_draft_extend.py predicts (round 10's GSM8K outputs): gamma 4: 1.456x plain (measured 1.44x), + 3
@@ -255,10 +255,7 @@ realx)  # round 11, after `.stage/assemble.sh join`: --draft-extend 0 / 2 / 3 / 
   ;;
 realq)  # round 10, after `.stage/assemble.sh join`: graph prefill, the draft's two-token steps on tensor cores
   # (ourstc) and its 8-bit rows against round 9's settings, one call; carry .whl and minitorch/cuda_kernels
-  export MINITORCH_SPEC_CACHE=/root/cache
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-  [ -f minitorch/cuda_kernels/gemv.fatbin ] || ./compile_cuda.sh > /dev/null 2>&1
+  real_env
   B="--limit 20 --backend cuda --no-plots --no-progress"
   N="--gpu-prefill graph --gpu-draft-gemv ourstc --gpu-draft-weights int8"
   PG='speedup|^spec |^target |time:|rc=|Error|error'
@@ -275,9 +272,7 @@ realq)  # round 10, after `.stage/assemble.sh join`: graph prefill, the draft's 
   cd "$OUT" && tar czf real_q.tgz *.log *.jsonl *.json 2>/dev/null; rm -f *.jsonl *.log *.json
   ;;
 realpf)  # after `.stage/assemble.sh join`: --gpu-prefill eager against graph, same call (carry .whl, minitorch/cuda_kernels)
-  export MINITORCH_SPEC_CACHE=/root/cache
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
+  real_env
   B="--limit 20 --backend cuda --no-plots --no-progress"
   PG='speedup|^spec |^target |identical|same|rc=|Error|error'
   PAT=$PG TAILN=8 run gsm8k_eager 130 python3 project/benchmark_gsm8k.py $B -o $OUT/gsm8k_eager.jsonl
@@ -287,9 +282,7 @@ realpf)  # after `.stage/assemble.sh join`: --gpu-prefill eager against graph, s
   cd "$OUT" && tar czf real_pf.tgz *.log *.jsonl *.json 2>/dev/null; rm -f *.jsonl *.log *.json
   ;;
 real)  # after `.stage/assemble.sh join`; the wheels (gguf, math-verify) carried in .whl
-  export MINITORCH_SPEC_CACHE=/root/cache
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
+  real_env
   [ -f minitorch/cuda_kernels/attention.fatbin ] || ./compile_cuda.sh > /dev/null 2>&1
   L=/tmp/gpu14logs; mkdir -p $L
   T=qwen2.5-coder-1.5b-instruct; D=qwen2.5-coder-0.5b-instruct
