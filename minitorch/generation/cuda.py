@@ -40,7 +40,7 @@ import numpy as np
 from ..cuda.launch import SAMPLE_THREADS
 from .autoregressive import TokenCallback, autoregressive_result, check_request, emit
 from .sampling import SamplingConfig
-from .drafters import NGramDrafter
+from .drafters import NGramIndex
 from .speculative import MAX_ADAPTIVE_GAMMA, next_gamma
 from .stats import GenerationResult, SpecStats, Timer
 
@@ -168,8 +168,8 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     smaller of the two decoders' logit counts; checkpoints often pad theirs differently). A draft decoder
     whose propose_vocab is set proposes among that many first token ids only (its LM head computes that
     slice; the target still chooses among all of them). A draft decoder whose lookup_steps is set drafts
-    that many tokens a round and prompt lookup (NGramDrafter over the context and those drafts) continues
-    them up to gamma (--draft-extend; the host reads the draft's tokens before the verify)."""
+    that many tokens a round and prompt lookup (NGramIndex: NGramDrafter's rule over the context and those
+    drafts) continues them up to gamma (--draft-extend; the host reads the draft's tokens before the verify)."""
     cfg = cfg or SamplingConfig()
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma (draft length) must be an integer >= 1, got {gamma!r}")
@@ -180,7 +180,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     draft = None if hasattr(drafter, "propose") else drafter
     _check(target, prompt, max_new_tokens, limit + 1)
     steps = getattr(draft, "lookup_steps", None) if draft is not None else None
-    lookup = NGramDrafter() if steps else None
+    lookup = NGramIndex() if steps else None  # prompt lookup over the context (grown as tokens are emitted)
     if draft is not None:
         _check(draft, prompt, max_new_tokens, limit + 2)
         # its first step feeds [its last draft, the accepted looked-up tokens, next]; its ring of q rows holds
@@ -208,6 +208,8 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         stream.synchronize()
     events = [cp.cuda.Event() for _ in range(3)]
     context = list(prompt)
+    if lookup is not None:
+        lookup.extend(prompt)
     out: list[int] = []
     g_now, first_T, done = gamma, 1, False
     rng = cfg.make_rng()  # only for a host drafter's propose() signature
@@ -227,7 +229,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
                     _gather(target, draft, gq)
                 mine = [int(t) for t in target.tokens[1:1 + gq].get(stream=stream)]  # waits for the draft
                 if g > gq:
-                    more, _ = lookup.propose(context + mine, g - gq, cfg, rng)
+                    more = lookup.propose(mine, g - gq)
                     if more:
                         with stream:
                             target.tokens[1 + gq:1 + gq + len(more)].set(np.asarray(more, np.int64), stream=stream)
@@ -249,6 +251,8 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         from_drafts = min(n_emit, n)
         st.record_round(g, n, from_drafts, n_emit - from_drafts)
         context.extend(out[len(out) - n_emit:])
+        if lookup is not None:
+            lookup.extend(out[len(out) - n_emit:])
         if on_tokens is not None:
             on_tokens(out[len(out) - n_emit:])
         first_T = n - gq + 2 if n >= gq else 1  # the draft feeds [d_gq, accepted lookups, next] or [next]

@@ -199,3 +199,45 @@ class ExtendedDrafter:
         q = q if q is not None else point_mass_rows(drafts, V)
         q2 = q2 if q2 is not None else point_mass_rows(more, V)
         return [*drafts, *more], np.concatenate([q, q2])
+
+
+class NGramIndex:
+    """Prompt lookup over a growing context in O(1) a query: for each n (min_ngram..max_ngram) the start of
+    the latest occurrence of every n-gram that has a token after it. `propose(drafts, k)` gives what
+    NGramDrafter(max_ngram, min_ngram).propose(context + drafts, k) gives (the context only grows: `extend`),
+    without scanning the context (the GPU engine asks once a round while the device waits)."""
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        if not (1 <= min_ngram <= max_ngram):
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.seq: list[int] = []
+        self.last: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(min_ngram, max_ngram + 1)}
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        for t in tokens:
+            L = len(self.seq)  # the n-grams ending at L - 1 now have a next token (at L)
+            for n, last in self.last.items():
+                if L >= n:
+                    last[tuple(self.seq[L - n:L])] = L - n
+            self.seq.append(int(t))
+
+    def propose(self, drafts: Sequence[int], k: int) -> list[int]:
+        """Up to k tokens continuing context + drafts (NGramDrafter's rule: the longest n first, the latest
+        earlier occurrence, its following tokens)."""
+        ctx, d = self.seq, [int(t) for t in drafts]
+        N = len(ctx) + len(d)
+
+        def at(i: int) -> int:
+            return ctx[i] if i < len(ctx) else d[i - len(ctx)]
+
+        for n in range(min(self.max_ngram, N - 1), self.min_ngram - 1, -1):
+            tail = [at(i) for i in range(N - n, N)]
+            # occurrences whose next token is a draft (start >= len(ctx) - n): few, checked directly
+            s = next((s for s in range(N - n - 1, max(len(ctx) - n, 0) - 1, -1)
+                      if all(at(s + j) == tail[j] for j in range(n))), None)
+            if s is None:
+                s = self.last[n].get(tuple(tail))  # the latest one inside the context
+            if s is not None:
+                return [at(i) for i in range(s + n, min(s + n + k, N))]
+        return []
