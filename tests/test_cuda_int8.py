@@ -8,8 +8,9 @@ input) for 1 and 2 tokens against a float64 product of the same codes, scales an
 steps of one and two tokens against the CPU model holding the dequantized rows; greedy speculative decoding with an 8-bit draft equals
 greedy decoding (the sampling tests in test_cuda_sampling.py run the same draft too). A -DGEMV_I8_BROKEN=1
 build (every row of a block scaled by the block's first row's scale) fails the kernel tests.
-Round 10, call 1 (H200): the one-token kernels of the default build (8-code chunks, byte-permute conversion)
-passed; the -DGEMV_I8_BROKEN=1 build failed 16 of 18. The two-token kernels were added after that call.
+Round 10 on the H200: call 1 ran the one-token kernels of the default build (8-code chunks, byte-permute
+conversion; the -DGEMV_I8_BROKEN=1 build failed 16 of 18); call 4 ran this file with the two-token kernels
+(all passed with test_cuda_sampling / _prefill / _model: 239; the broken build failed 30 of 32).
 """
 from __future__ import annotations
 
