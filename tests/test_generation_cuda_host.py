@@ -1,6 +1,8 @@
 """The GPU speculative engine's host logic (minitorch/generation/cuda.py) on the CPU, greedy: decoders whose
 "device" buffers are numpy arrays and whose kernels (gather_drafts, spec_accept's greedy branch, a step,
-decode_advance) are Python ports of kernels/sampling.cu and kernels/decode.cu. What this checks is the
+decode_advance, ngram_lookup, context_append) are Python ports of kernels/sampling.cu, kernels/decode.cu and
+kernels/lookup.cu (ngram_lookup's port is lookup_reference, the plain statement of its rule that the GPU test
+tests/test_cuda_lookup.py holds the kernel to; a test here ties it to NGramDrafter). What this checks is the
 engine: positions, the draft's first-step sizes, the draft's share gq of a round and the looked-up tokens of
 --draft-extend (CudaDecoder.lookup_steps), the verify graph's inputs. The kernels themselves are tested on
 the GPU (tests/test_cuda_sampling.py); a port that drifted from them would not be caught here.
@@ -65,6 +67,42 @@ def table(seed, like=None, noise=0.0):
     return t
 
 
+def lookup_reference(seq, k, max_n=3):
+    """kernels/lookup.cu ngram_lookup's k tokens after seq (the context, then the draft's tokens), written
+    plainly: the longest n-gram (n <= max_n) ending seq with an earlier occurrence, its latest one, the tokens
+    after it copied forward (past seq's end from the copy itself); no match: seq's last token repeated."""
+    s, N = list(seq), len(seq)
+    src = N - 1
+    for n in range(min(max_n, N - 1), 0, -1):
+        starts = [i for i in range(N - n) if s[i:i + n] == s[N - n:]]
+        if starts:
+            src = starts[-1] + n
+            break
+    for i in range(k):
+        s.append(s[src + i])
+    return s[N:]
+
+
+def test_lookup_reference_extends_the_ngram_drafter():
+    """Where NGramDrafter proposes, the device rule proposes the same tokens (then copies on to k); where it
+    finds nothing, the last token repeated. Random short-alphabet sequences: matches at every boundary."""
+    from minitorch.generation import SamplingConfig
+    from minitorch.generation.drafters import NGramDrafter
+
+    r = np.random.default_rng(0)
+    for case in range(400):
+        V_, max_n, k = int(r.integers(2, 8)), int(r.integers(1, 4)), int(r.integers(1, 7))
+        seq = [int(t) for t in r.integers(0, V_, int(r.integers(1, 40)))]
+        want, _ = NGramDrafter(max_ngram=max_n).propose(seq, k, SamplingConfig(), r)
+        got = lookup_reference(seq, k, max_n)
+        assert len(got) == k and got[:len(want)] == want, (case, seq, k, max_n)
+        if not want:
+            assert got == [seq[-1]] * k
+        elif len(want) < k:  # the copy ran past the end: it repeats the span it copied from
+            period = len(want)
+            assert all(got[i] == got[i - period] for i in range(period, k))
+
+
 class Launcher:
     def __init__(self, dec):
         self.dec = dec
@@ -101,6 +139,20 @@ class Launcher:
                 dpos[0] = p0 + n + 1
                 dtok[0] = nxt
 
+    @staticmethod
+    def ngram_lookup(ttok, ctx, ctx_len, gq, k, max_n):  # kernels/lookup.cu
+        L, gq = int(ctx_len[0]), int(gq)
+        seq = list(ctx[:L]) + list(ttok[1:1 + gq])
+        ttok[1 + gq:1 + gq + int(k)] = lookup_reference(seq, int(k), int(max_n))
+
+    @staticmethod
+    def context_append(ctx, ctx_len, out, cap):  # kernels/lookup.cu
+        L, n = int(ctx_len[0]), int(out[0])
+        for j in range(n + 1):
+            if L + j < int(cap):
+                ctx[L + j] = out[1 + j]
+        ctx_len[0] = min(L + n + 1, int(cap))
+
 
 class FakeDecoder:
     """The parts of CudaDecoder that generation/cuda.py uses, greedy."""
@@ -112,6 +164,7 @@ class FakeDecoder:
         self.cp, self.stream, self.k = FAKE_CP, Stream(), Launcher(self)
         self.tokens, self.next_ids, self.spec_out = arr(max_tokens), arr(max_tokens), arr(max_tokens + 2)
         self.history, self.pos = arr(max_len + max_tokens), arr(1, np.int32)
+        self.context, self.context_len = arr(max_len + max_tokens + 2), arr(1, np.int32)
         self.seq = np.zeros(max_len + max_tokens, np.int64)  # the "KV cache": the token at each position
         self.sampling, self.probs, self.rng, self.sample_cluster = None, None, None, 1
         self.propose_vocab = self.lookup_steps = None

@@ -321,23 +321,3 @@ def test_extended_drafter_continues_the_models_drafts_by_lookup():
     short, _ = d.propose(ctx, 1, SamplingConfig(), np.random.default_rng(0))
     assert len(short) == 1  # gamma below steps: the model's tokens only
 
-
-def test_ngram_index_proposes_what_the_ngram_drafter_proposes():
-    """NGramIndex (O(1) lookups over a growing context, the GPU engine's) against NGramDrafter's scan of
-    context + drafts, on random short-alphabet sequences (many matches, at every boundary)."""
-    from minitorch.generation.drafters import NGramIndex
-
-    r = np.random.default_rng(0)
-    for case in range(300):
-        V_, max_n = int(r.integers(2, 6)), int(r.integers(1, 4))
-        seq = [int(t) for t in r.integers(0, V_, int(r.integers(1, 40)))]
-        idx, ref = NGramIndex(max_ngram=max_n), NGramDrafter(max_ngram=max_n)
-        cut = 0
-        while cut < len(seq):  # grow the context in random pieces; query with random draft tails
-            step = int(r.integers(1, 6))
-            idx.extend(seq[cut:cut + step])
-            cut = min(cut + step, len(seq))
-            drafts = [int(t) for t in r.integers(0, V_, int(r.integers(0, 5)))]
-            k = int(r.integers(1, 6))
-            want, _ = ref.propose(seq[:cut] + drafts, k, SamplingConfig(), r)
-            assert idx.propose(drafts, k) == want, (case, seq[:cut], drafts, k)

@@ -316,6 +316,10 @@ class CudaDecoder:
         self.sample_cluster = SAMPLE_CLUSTER if cluster_supported() else 1  # blocks that share one row
         self.probs = cp.zeros((T, V), cp.float32)  # a ring of max_tokens rows
         self.spec_out = cp.zeros(T + 2, cp.int64)  # a speculative round's [n, accepted drafts, next]
+        # as a speculative target with --draft-extend: the run's tokens so far, for prompt lookup on the device
+        # (kernels/lookup.cu; the prompt, then each round's emitted tokens, at most a round past max_len)
+        self.context = cp.zeros(max_len + T + 2, cp.int64)
+        self.context_len = cp.zeros(1, cp.int32)
         self.graph_refs: Dict[Any, Any] = {}  # objects whose device buffers a captured graph uses
         self.blas = cublas()
         if pdl is None:

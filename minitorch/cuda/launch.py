@@ -345,6 +345,7 @@ def attention_splits(kmax: int, blocks_base: int, sms: int = 132) -> Tuple[int, 
 
 
 SAMPLE_THREADS = 512  # kernels/sampling.cu: threads a block (a row is one cluster of such blocks)
+LOOKUP_THREADS = 512  # kernels/lookup.cu: threads of ngram_lookup's one block
 SAMPLE_CLUSTER = 16  # blocks a row on devices with thread-block clusters (sm_90); 1 elsewhere
 
 ATT_CLUSTER_MAX = 16  # splits a cluster may hold (more than 8: the non-portable cluster size, sm_90)

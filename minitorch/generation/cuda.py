@@ -9,15 +9,16 @@ the same statistics. One speculative round is:
     draft:   gamma replays of the draft's one-token graph (its first step feeds [d_gamma, bonus] after a
              fully accepted round: two tokens), each ending in the draft's argmax or sampled token and,
              when sampling, its probability row q kept in a ring. With draft.lookup_steps (--draft-extend)
-             the draft makes that many and the host continues them by prompt lookup up to gamma (it reads
-             the draft's tokens first: a second synchronisation); the looked-up tokens are point masses to
-             the acceptance rule, and after a round that accepted them the draft's first step feeds
-             [its last token, the accepted looked-up ones, bonus]
-    verify:  one graph = copy the draft's tokens into the target's input (device to device), the target
-             step over [pending, d_1..d_gamma], its argmax or filtered probability rows p, and spec_accept:
-             the acceptance rule, the correction / bonus draw, both caches' positions rolled to the
-             accepted prefix, both decoders' next inputs written
-    read:    [n_accepted, d_1..d_n, next] back to the host: the round's only synchronisation (without lookup)
+             the draft makes that many and prompt lookup continues them up to gamma, on the device
+             (kernels/lookup.cu, over the target's copy of the run's tokens); the looked-up tokens are point
+             masses to the acceptance rule, and after a round that accepted them the draft's first step
+             feeds [its last token, the accepted looked-up ones, bonus]
+    verify:  one graph = copy the draft's tokens into the target's input (device to device), the lookup
+             (--draft-extend), the target step over [pending, d_1..d_gamma], its argmax or filtered
+             probability rows p, and spec_accept: the acceptance rule, the correction / bonus draw, both
+             caches' positions rolled to the accepted prefix, both decoders' next inputs written (and, with
+             lookup, the emitted tokens appended to the target's context)
+    read:    [n_accepted, d_1..d_n, next] back to the host: the round's only synchronisation
 
 Both decoders share one stream, so the verify step follows the draft steps without the host waiting.
 With the n-gram drafter the host writes the proposed tokens into the target's input instead, and the
@@ -37,14 +38,14 @@ from typing import Any
 
 import numpy as np
 
-from ..cuda.launch import SAMPLE_THREADS
+from ..cuda.launch import LOOKUP_THREADS, SAMPLE_THREADS
 from .autoregressive import TokenCallback, autoregressive_result, check_request, emit
 from .sampling import SamplingConfig
-from .drafters import NGramIndex
 from .speculative import MAX_ADAPTIVE_GAMMA, next_gamma
 from .stats import GenerationResult, SpecStats, Timer
 
 _DRAFT_STREAM = 1  # the draft's random numbers come from a second stream of the same seed
+LOOKUP_MAX_NGRAM = 3  # --draft-extend's prompt lookup: n-grams of 3, 2, 1 tokens (NGramDrafter's default)
 
 
 def _check(dec: Any, prompt: list[int], max_new_tokens: int, extra: int) -> None:
@@ -130,18 +131,22 @@ def _gather(target: Any, draft: Any, gq: int) -> None:
     target.k.launch("gather_drafts", (1,), (128,), (target.tokens, draft.history, draft.pos, np.int32(gq)))
 
 
-def _verify(target: Any, draft: Any, g: int, gq: int | None = None, gather: bool = True) -> None:
-    """Replay (capturing on first use) the verify graph for g drafts: gather (unless the host did), target
-    step, accept. The first gq (default g) drafts are the draft decoder's; the host wrote the rest (looked-up
-    tokens, point masses to the acceptance rule) into the target's input."""
+def _verify(target: Any, draft: Any, g: int, gq: int | None = None, lookup: bool = False) -> None:
+    """Replay (capturing on first use) the verify graph for g drafts: gather, lookup, target step, accept.
+    The first gq (default g) drafts are the draft decoder's; with lookup the rest are prompt lookup's
+    (kernels/lookup.cu, point masses to the acceptance rule), else a host drafter's, written by the host."""
     i32, i64, z = np.int32, np.int64, np.uint64(0)
     gq = g if gq is None else gq
     sampled = target.sampling is not None
-    key = ("verify", g, gq, gather, id(draft), target.sampling, None if draft is None else draft.sampling)
+    key = ("verify", g, gq, lookup, id(draft), target.sampling, None if draft is None else draft.sampling)
 
     def enqueue() -> None:
-        if draft is not None and gq > 0 and gather:
+        if draft is not None and gq > 0:
             _gather(target, draft, gq)
+        if lookup and g > gq:
+            target.k.launch("ngram_lookup", (1,), (LOOKUP_THREADS,),
+                            (target.tokens, target.context, target.context_len, i32(gq), i32(g - gq),
+                             i32(LOOKUP_MAX_NGRAM)))
         target._step(g + 1, True, False)
         q = draft.probs if draft is not None and sampled else z
         C = target.sample_cluster
@@ -152,10 +157,31 @@ def _verify(target: Any, draft: Any, g: int, gq: int | None = None, gather: bool
                          target.tokens[1:], i32(g), i32(gq), i32(target.nv), target.pos, target.tokens,
                          draft.tokens if draft is not None else z, target.spec_out, target.rng if sampled else z),
                         cluster=(C, 1, 1) if C > 1 else None)
+        if lookup:
+            target.k.launch("context_append", (1,), (128,),
+                            (target.context, target.context_len, target.spec_out, i32(target.context.size)))
 
     target.graph_refs[key] = draft  # the graph holds the draft's buffers: keep it alive with the graph
     target.graph(key, enqueue, lambda: target._step(g + 1, True, False),
-                  kernel_names=("gather_drafts", "spec_accept"))
+                  kernel_names=("gather_drafts", "spec_accept", "ngram_lookup", "context_append"))
+
+
+def capture_speculative_graphs(target: Any, draft: Any, prompt_ids: Sequence[int], gamma: int,
+                               cfg: SamplingConfig | None = None, vocab_size: int | None = None) -> None:
+    """Capture every graph a speculative run of this gamma (and the draft's lookup_steps) can replay, so that
+    none is captured inside a timed run: a short run of each length 1..gamma + 1 (its one round verifies
+    0..gamma drafts: a run's last rounds draft fewer) and the draft's first steps of 2..gamma - steps + 2
+    tokens (after a round that accepted looked-up tokens). A verify graph's capture costs milliseconds: in a
+    128-token run that is a large share of the time. Leaves both decoders' caches to be refilled (the next
+    run prefills anew)."""
+    for m in range(1, gamma + 2):
+        speculative_generate_cuda(target, draft, prompt_ids, m, cfg, gamma=gamma, vocab_size=vocab_size)
+    steps = getattr(draft, "lookup_steps", None)
+    if steps is not None and hasattr(draft, "replay"):
+        draft.set_position(0)
+        for T in range(2, min(max(gamma - steps, 0) + 2, draft.max_tokens) + 1):
+            draft.replay(T, all_logits=False, advance=True)
+        target.stream.synchronize()
 
 
 def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[int], max_new_tokens: int,
@@ -168,8 +194,9 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     smaller of the two decoders' logit counts; checkpoints often pad theirs differently). A draft decoder
     whose propose_vocab is set proposes among that many first token ids only (its LM head computes that
     slice; the target still chooses among all of them). A draft decoder whose lookup_steps is set drafts
-    that many tokens a round and prompt lookup (NGramIndex: NGramDrafter's rule over the context and those
-    drafts) continues them up to gamma (--draft-extend; the host reads the draft's tokens before the verify)."""
+    that many tokens a round and prompt lookup continues them up to gamma inside the verify graph
+    (--draft-extend; kernels/lookup.cu: NGramDrafter's rule over the context and those drafts, copying on
+    where NGramDrafter would propose fewer, so every round verifies gamma drafts)."""
     cfg = cfg or SamplingConfig()
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma (draft length) must be an integer >= 1, got {gamma!r}")
@@ -179,8 +206,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     prompt = [int(t) for t in prompt_ids]
     draft = None if hasattr(drafter, "propose") else drafter
     _check(target, prompt, max_new_tokens, limit + 1)
-    steps = getattr(draft, "lookup_steps", None) if draft is not None else None
-    lookup = NGramIndex() if steps else None  # prompt lookup over the context (grown as tokens are emitted)
+    steps = getattr(draft, "lookup_steps", None) if draft is not None else None  # prompt lookup continues them
     if draft is not None:
         _check(draft, prompt, max_new_tokens, limit + 2)
         # its first step feeds [its last draft, the accepted looked-up tokens, next]; its ring of q rows holds
@@ -206,10 +232,12 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         else:
             drafter.start(prompt, len(prompt) + max_new_tokens, vocab)
         stream.synchronize()
+    if steps:  # the context prompt lookup searches (kernels/lookup.cu), grown on the device each round
+        with stream:
+            target.context[:len(prompt)].set(np.asarray(prompt, np.int64), stream=stream)
+            target.context_len.set(np.asarray([len(prompt)], np.int32), stream=stream)
     events = [cp.cuda.Event() for _ in range(3)]
     context = list(prompt)
-    if lookup is not None:
-        lookup.extend(prompt)
     out: list[int] = []
     g_now, first_T, done = gamma, 1, False
     rng = cfg.make_rng()  # only for a host drafter's propose() signature
@@ -222,26 +250,14 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
             for _ in range(gq - 1):
                 draft.replay(1, all_logits=False, advance=True)
             st.draft_forwards += gq
-        if lookup is not None:  # continue the draft's tokens by prompt lookup, on the host
-            more: list[int] = []
-            if gq > 0:
-                with stream:  # launches go to CuPy's current stream
-                    _gather(target, draft, gq)
-                mine = [int(t) for t in target.tokens[1:1 + gq].get(stream=stream)]  # waits for the draft
-                if g > gq:
-                    more = lookup.propose(mine, g - gq)
-                    if more:
-                        with stream:
-                            target.tokens[1 + gq:1 + gq + len(more)].set(np.asarray(more, np.int64), stream=stream)
-            g = gq + len(more)
-        elif draft is None and g > 0:
+        if draft is None and g > 0:
             drafts, _ = drafter.propose(context, g, cfg, rng)
             g = gq = len(drafts)
             if g:
                 with stream:
                     target.tokens[1:1 + g].set(np.asarray(drafts, np.int64), stream=stream)
         events[1].record(stream)
-        _verify(target, draft, g, gq, gather=lookup is None)
+        _verify(target, draft, g, gq, lookup=bool(steps))
         events[2].record(stream)
         res = target.spec_out[:g + 2].get(stream=stream)  # waits for the round
         st.timer.add("draft", cp.cuda.get_elapsed_time(events[0], events[1]) / 1e3)  # GPU time (ms -> s)
@@ -251,8 +267,6 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         from_drafts = min(n_emit, n)
         st.record_round(g, n, from_drafts, n_emit - from_drafts)
         context.extend(out[len(out) - n_emit:])
-        if lookup is not None:
-            lookup.extend(out[len(out) - n_emit:])
         if on_tokens is not None:
             on_tokens(out[len(out) - n_emit:])
         first_T = n - gq + 2 if n >= gq else 1  # the draft feeds [d_gq, accepted lookups, next] or [next]

@@ -1,0 +1,63 @@
+// lookup.cu: prompt lookup on the device, so that --draft-extend's looked-up drafts need no host round trip
+// (minitorch/generation/cuda.py). The target decoder keeps the run's tokens so far (the prompt, then each
+// round's emitted tokens) in ctx[0..*ctx_len); its last entry is the pending token. Launch layouts: one block each (below).
+//
+// ngram_lookup: grid (1), block (LOOKUP_THREADS). S = ctx[0..L) followed by the draft's gq tokens
+//   ttok[1..1+gq) (L = *ctx_len, |S| = N = L + gq). For n = min(max_n, N - 1) down to 1: the latest start
+//   s <= N - n - 1 with S[s..s+n) == S[N-n..N); the first n that has one gives the k drafts after it,
+//   ttok[1+gq+i] = S[s+n+i], written in order i = 0..k-1 and read through S, so a continuation that reaches
+//   S's end goes on copying from the drafts it has just written (an overlapping copy, as in LZ77). No match:
+//   S's last token, k times (the same copy from s + n = N - 1). NGramDrafter's rule
+//   (minitorch/generation/drafters.py) where it finds k tokens; it proposes fewer where this copies on:
+//   a verify graph has a fixed number of rows, and any proposal is exact (a point mass to spec_accept).
+//   The search walks back from S's end a block of starts at a time and stops at the first block with a
+//   match (matches are mostly recent), so a step costs a few microseconds at thousands of tokens.
+// context_append: grid (1), block (128). After spec_accept wrote out = [n, d_1..d_n, next]:
+//   ctx[*ctx_len + j] = out[1 + j] for j <= n (the round's emitted tokens), *ctx_len += n + 1, never past cap.
+#include "common.cuh"
+
+#define LOOKUP_THREADS 512
+#ifndef LOOKUP_BROKEN
+#define LOOKUP_BROKEN 0  // 1: the earliest match instead of the latest (a deliberately wrong rule, for the tests)
+#endif
+
+__device__ __forceinline__ i64 seq_at(const i64* ctx, int L, const i64* ttok, int i) {
+  return i < L ? ctx[i] : ttok[1 + i - L];
+}
+
+extern "C" {
+__global__ void ngram_lookup(i64* ttok, const i64* ctx, const int* ctx_len, int gq, int k, int max_n) {
+  pdl_wait();
+  __shared__ int best;
+  const int L = *ctx_len, N = L + gq, tid = threadIdx.x;
+  int src = N - 1;  // s + n of the match; no match: copy S's last token forward
+  for (int n = min(max_n, N - 1); n >= 1; --n) {
+    if (tid == 0) best = LOOKUP_BROKEN ? 0x7fffffff : -1;
+    __syncthreads();
+    bool any = false;
+    for (int top = N - n - 1; top >= 0 && !any; top -= LOOKUP_THREADS) {  // starts top, top - 1, ...
+      int s = LOOKUP_BROKEN ? (N - n - 1) - top + tid : top - tid;  // broken: from the front
+      bool hit = s >= 0 && s <= N - n - 1;
+      for (int j = 0; j < n && hit; ++j) hit = seq_at(ctx, L, ttok, s + j) == seq_at(ctx, L, ttok, N - n + j);
+      if (hit) {
+        if (LOOKUP_BROKEN) atomicMin(&best, s); else atomicMax(&best, s);
+      }
+      any = __syncthreads_or(hit);
+    }
+    const int b = best;
+    __syncthreads();  // everyone has read best before the next n resets it
+    if (any) { src = b + n; break; }
+  }
+  if (tid == 0)
+    for (int i = 0; i < k; ++i) ttok[1 + gq + i] = seq_at(ctx, L, ttok, src + i);  // in order: overlapping copy
+}
+
+__global__ void context_append(i64* ctx, int* ctx_len, const i64* out, int cap) {
+  pdl_wait();
+  const int L = *ctx_len, n = (int)out[0];
+  for (int j = threadIdx.x; j <= n; j += blockDim.x)
+    if (L + j < cap) ctx[L + j] = out[1 + j];
+  __syncthreads();  // every thread has read *ctx_len
+  if (threadIdx.x == 0) *ctx_len = min(L + n + 1, cap);
+}
+}
