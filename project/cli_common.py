@@ -103,17 +103,21 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 def add_spec_args(p: argparse.ArgumentParser) -> None:
     """--gamma, --adaptive-gamma."""
     g = p.add_argument_group("speculative decoding")
-    g.add_argument("--gamma", type=int, default=4, help="draft tokens per verification (default 4)")
+    g.add_argument("--gamma", type=int, default=None,
+                   help="the draft model's tokens per verification (default 4; 3 where --draft-extend's "
+                        "default adds 4 looked-up ones: the CUDA-graph path)")
     g.add_argument("--adaptive-gamma", action="store_true",
                    help="raise gamma after a fully accepted draft, lower it after an early rejection")
     g.add_argument("--draft-vocab", type=int, default=0,
                    help="the draft model proposes only among the first N token ids (BPE ids run roughly by "
                         "frequency), computing that slice of its vocabulary projection; lossless; 0 = all")
-    g.add_argument("--draft-extend", type=int, default=0, metavar="N",
+    g.add_argument("--draft-extend", type=int, default=None, metavar="N",
                    help="after the draft model's gamma tokens, up to N more by prompt lookup (the n-gram "
-                        "continuation of context + drafts: no draft forward, only verify rows; "
-                        "ExtendedDrafter); lossless; 0 = off (default). On the CPU it did not pay (1.11x vs 1.14x); "
-                        "the CUDA-graph path is written but not yet run on a GPU (docs/GPU_RESULTS.md round 10)")
+                        "continuation of context + drafts: no draft forward, only verify rows; lossless). "
+                        "Default: 4 (with --gamma 3) on the CUDA-graph path with a draft model, its "
+                        "tensor-core verify and separate-kernel draft steps (GSM8K on an H200: 1.6x the target "
+                        "alone vs 1.45x for gamma 4 without; docs/GPU_RESULTS.md round 11); 0 elsewhere "
+                        "(on the CPU it did not pay: 1.11x vs 1.14x)")
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingConfig:
@@ -121,8 +125,29 @@ def sampling_from_args(args: argparse.Namespace) -> SamplingConfig:
     return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
 
 
+DEFAULT_GAMMA = 4  # the draft model's tokens a round
+GPU_DEFAULT_EXTEND = (3, 4)  # (gamma, --draft-extend) on the CUDA-graph path: 8 verify rows, the best measured
+
+
+def default_draft_extend(args: argparse.Namespace) -> int:
+    """--draft-extend's default: GPU_DEFAULT_EXTEND's on the CUDA-graph path with a draft model whose verify
+    runs on tensor cores (not --gpu-gemv ours: there 8 rows cost 1.05x vs 1.45x) and whose draft steps are
+    separate kernels with a fixed gamma; 0 elsewhere."""
+    gpu = graph_decoders(args) and getattr(args, "drafter", "model") == "model"
+    plain = (getattr(args, "gpu_gemv", "auto") != "ours" and getattr(args, "gpu_draft_step", "kernels") != "persistent"
+             and not getattr(args, "adaptive_gamma", False))
+    return GPU_DEFAULT_EXTEND[1] if gpu and plain else 0
+
+
 def check_spec_args(args: argparse.Namespace) -> None:
-    """Refuse bad --gamma / --max-new-tokens before anything is loaded."""
+    """Refuse bad --gamma / --max-new-tokens before anything is loaded; fill in the defaults of --gamma and
+    --draft-extend (default_draft_extend), so every later reader sees the values the run uses."""
+    if getattr(args, "draft_extend", 0) is None:
+        args.draft_extend = default_draft_extend(args)
+        if args.gamma is None and args.draft_extend:
+            args.gamma = GPU_DEFAULT_EXTEND[0]
+    if args.gamma is None:
+        args.gamma = DEFAULT_GAMMA
     if args.gamma < 1:
         raise UserError(f"--gamma must be >= 1, got {args.gamma}")
     if args.max_new_tokens < 1:
@@ -338,6 +363,11 @@ def warm_up(models: Models, prompt_ids: Sequence[int] | None = None, cfg: Any = 
     if kind == "ngram" or models.draft is not None:
         speculative(models.target, models.make_drafter(kind, steps=gamma), ids, new, cfg,
                     gamma=total if kind == "model" else gamma, vocab_size=models.vocab_size)
+    if models.on_gpu_graphs and kind == "model":  # the graphs of a run's last, shorter rounds too
+        from minitorch.generation.cuda import capture_speculative_graphs
+
+        capture_speculative_graphs(models.target, models.make_drafter(kind, steps=gamma), ids, total, cfg,
+                                   vocab_size=models.vocab_size)
     return time.perf_counter() - t0
 
 

@@ -305,3 +305,28 @@ def test_warm_up_runs_every_kernel_the_timed_runs_call(model_folders, monkeypatc
         assert not missed, f"kernels first called in a timed run: {sorted(missed)}"
     else:
         assert "fused.attention_parallel" in missed
+
+
+@pytest.mark.parametrize(
+    "flags, want",
+    [
+        ([], (4, 0)),  # the CPU: no lookup (it did not pay there)
+        (["--backend", "cuda"], (3, 4)),  # the CUDA-graph path: 3 model tokens + 4 looked up
+        (["--backend", "cuda", "--gamma", "5"], (5, 4)),
+        (["--backend", "cuda", "--draft-extend", "0"], (4, 0)),
+        (["--backend", "cuda", "--draft-extend", "2"], (4, 2)),
+        (["--backend", "cuda", "--gpu-gemv", "ours"], (4, 0)),  # 8 verify rows are dear in our CUDA-core GEMV
+        (["--backend", "cuda", "--gpu-draft-step", "persistent"], (4, 0)),
+        (["--backend", "cuda", "--adaptive-gamma"], (4, 0)),
+        (["--backend", "cuda", "--drafter", "ngram"], (4, 0)),
+        (["--backend", "cuda", "--dtype", "float32"], (4, 0)),  # not the graph decoders
+    ],
+)
+def test_gamma_and_draft_extend_defaults(flags, want):
+    """check_spec_args fills --gamma / --draft-extend per path, before anything reads them."""
+    from cli_common import check_spec_args
+
+    args = prog.build_parser().parse_args(flags)
+    assert (args.gamma is None) == ("--gamma" not in flags)  # unset until the path is known
+    check_spec_args(args)
+    assert (args.gamma, args.draft_extend) == want
