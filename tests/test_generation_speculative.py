@@ -271,7 +271,7 @@ def test_sampling_runs_reproduce_with_the_seed():
 def test_cost_model_speedup_uses_measured_step_and_verify_costs():
     from minitorch.generation.stats import cost_model_speedup, expected_tokens_per_round
     spec = {"token_acceptance": 0.9, "mean_gamma": 4.0, "rounds": 10,
-            "time_draft": 0.8, "draft_forwards": 10, "time_verify": 3.3, "target_forwards": 10}
+            "time_draft": 3.2, "draft_forwards": 40, "time_verify": 3.3, "target_forwards": 10}
     got = cost_model_speedup(spec, {"time_verify": 2.0, "target_forwards": 10})
     assert got == pytest.approx(expected_tokens_per_round(0.9, 4.0) * 0.2 / (4 * 0.08 + 0.33))
     # a verify pass priced like a step and a free draft reduce it to E[tokens per round]
@@ -280,6 +280,21 @@ def test_cost_model_speedup_uses_measured_step_and_verify_costs():
     assert cost_model_speedup(free, step) == pytest.approx(expected_tokens_per_round(0.9, 4.0))
     assert cost_model_speedup(spec, {"time_verify": 0.0, "target_forwards": 10}) is None
     assert cost_model_speedup(dict(spec, rounds=0), step) is None
+
+
+def test_cost_model_with_looked_up_drafts():
+    """--draft-extend: 3 draft forwards a round for 7 drafts, positions 4-7 (looked up) accepted less often.
+    The draft cost is the forwards a round actually made, E comes from the per-position rates; with one rate
+    everywhere that E is Leviathan's."""
+    from minitorch.generation.stats import cost_model_speedup, expected_tokens_by_position, expected_tokens_per_round
+    rates = [0.9, 0.9, 0.9, 0.5, 0.7, 0.8, 0.8]
+    spec = {"token_acceptance": 0.6, "mean_gamma": 7.0, "rounds": 10, "per_position_acceptance": rates,
+            "time_draft": 2.4, "draft_forwards": 30, "time_verify": 2.6, "target_forwards": 10}
+    E = 1 + 0.9 + 0.81 + 0.729 + 0.3645 + 0.25515 + 0.20412 + 0.163296
+    assert expected_tokens_by_position(rates) == pytest.approx(E)
+    got = cost_model_speedup(spec, {"time_verify": 2.0, "target_forwards": 10})
+    assert got == pytest.approx(E * 0.2 / (3 * 0.08 + 0.26))
+    assert expected_tokens_by_position([0.8] * 5) == pytest.approx(expected_tokens_per_round(0.8, 5))
 
 
 @pytest.mark.parametrize("head_vocab", [1, 7, 30])

@@ -11,8 +11,12 @@ Definitions (returned in `GenerationResult.stats`):
 - predicted_speedup = E[tokens per round] / (gamma * c + 1) with E = (1 - a^(gamma+1)) / (1 - a),
   a = token_acceptance and c = (time per draft forward) / (time per target forward), both measured.
   Leviathan's model prices a (gamma+1)-token verify forward like a 1-token step; where it is not
-  (a CPU verify pass costs ~1.6x a step), `cost_model_speedup` puts the measured step time in:
-  E * t_step / (gamma * t_draft + t_verify), comparable with the measured speedup.
+  (a CPU verify pass costs ~1.6x a step), `cost_model_speedup` puts the measured step times in:
+  E * t_step / (f * t_draft + t_verify), f = draft forwards a round (gamma for a model drafter, fewer
+  when prompt lookup continues its drafts, 0 for the n-gram drafter), E = 1 + sum_i prod_{j<=i} a_j
+  from the per-position acceptance a_j (positions judged after different drafters, e.g. a model's then
+  looked-up tokens, accept at different rates; the geometric E above assumes one rate), comparable with
+  the measured speedup.
 """
 from __future__ import annotations
 
@@ -43,16 +47,31 @@ def forward_times(spec: dict[str, Any], target: dict[str, Any]) -> tuple[float, 
             per(target, "time_verify", "target_forwards"))
 
 
+def expected_tokens_by_position(rates: list[float]) -> float:
+    """E[tokens per round] when draft position i is accepted with probability rates[i] given that the ones
+    before it were: 1 + sum_i prod_{j<=i} rates[j] (the correction or bonus token counts 1)."""
+    total, run = 1.0, 1.0
+    for a in rates:
+        run *= a
+        total += run
+    return total
+
+
 def cost_model_speedup(spec: dict[str, Any], target: dict[str, Any]) -> float | None:
-    """Expected speedup with every cost measured: E(a, gamma) * t_step / (gamma * t_draft + t_verify),
-    t_step = a target-alone decode forward (from `target`, an autoregressive run's stats), t_draft and
-    t_verify = a draft forward and a verify forward of the speculative run `spec` (forward_times).
-    None if unmeasured or `spec` has no acceptance statistics."""
+    """Expected speedup with every cost measured: E * t_step / (f * t_draft + t_verify), t_step = a
+    target-alone decode forward (from `target`, an autoregressive run's stats), t_draft and t_verify = a
+    draft forward and a verify forward of the speculative run `spec` (forward_times), f = its draft forwards
+    a round, E from its per-position acceptance (expected_tokens_by_position; without those, Leviathan's E
+    from token_acceptance and mean_gamma). None if unmeasured or `spec` has no acceptance statistics."""
     t_draft, t_verify, t_step = forward_times(spec, target)
-    gamma = spec.get("mean_gamma") or 0.0
-    if t_step <= 0 or t_verify <= 0 or not spec.get("rounds") or "token_acceptance" not in spec:
+    rounds = spec.get("rounds")
+    if t_step <= 0 or t_verify <= 0 or not rounds or "token_acceptance" not in spec:
         return None
-    return expected_tokens_per_round(spec["token_acceptance"], gamma) * t_step / (gamma * t_draft + t_verify)
+    rates = spec.get("per_position_acceptance")
+    E = (expected_tokens_by_position(rates) if rates else
+         expected_tokens_per_round(spec["token_acceptance"], spec.get("mean_gamma") or 0.0))
+    per_round = spec.get("draft_forwards", 0) / rounds
+    return E * t_step / (per_round * t_draft + t_verify)
 
 
 class Timer:
