@@ -115,8 +115,8 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                    help="after the draft model's gamma tokens, up to N more by prompt lookup (the n-gram "
                         "continuation of context + drafts: no draft forward, only verify rows; lossless). "
                         "Default: 4 (with --gamma 3) on the CUDA-graph path with a draft model, its "
-                        "tensor-core verify and separate-kernel draft steps (GSM8K on an H200: 1.6x the target "
-                        "alone vs 1.45x for gamma 4 without; docs/GPU_RESULTS.md round 11); 0 elsewhere "
+                        "tensor-core verify and separate-kernel draft steps (GSM8K on an H200: 1.68x the target "
+                        "alone vs 1.44x for gamma 4 without; docs/GPU_RESULTS.md round 11); 0 elsewhere "
                         "(on the CPU it did not pay: 1.11x vs 1.14x)")
 
 

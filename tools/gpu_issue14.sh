@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 14 device calls, one mode a call (run from the repository root on the GPU machine; logs under $OUT,
 # LIMIT = the call's seconds). Each mode's comment says what to carry.
-# Next session's first call: bash tools/gpu_issue14.sh ext   (--draft-extend's GPU tests; unrun so far), then
-# realx with the real pair (--draft-extend 0 / 2 / 3 / 4, MATH-500, t 0.6, the demo).
+# Round 11: realx (the host lookup, gamma / --draft-extend pairs), then realy (the device lookup and the new
+# defaults, gamma 3 + --draft-extend 4) with the real pair: docs/GPU_RESULTS.md round 11.
 # Random weights: bash tools/gpu_issue14.sh i8t2   the draft's 8-bit rows and gemv "ourstc": tests, broken build, steps
 # Real weights: after `.stage/assemble.sh join` (the staging tool beside the repository writes .stage/; with the
 # tracked tree now over 4 MB its 60 MiB pieces no longer fit a call's 64 MiB: round 10 split the GGUFs into
@@ -234,6 +234,26 @@ ext)  # round 11, first call: --draft-extend on the GPU (written after round 10'
       tests/test_cuda_sampling.py tests/test_cuda_int8.py tests/test_cuda_prefill.py tests/test_cuda_model.py
   [ -n "${ALL:-}" ] && PAT='passed|failed|rc=|Error' TAILN=30 run tests_all 330 python3 -m pytest -q -m gpu -p no:cacheprovider
   cd "$OUT" && tar czf all_ext.tgz *.log
+  ;;
+realy)  # round 11, second staging: prompt lookup on the device (kernels/lookup.cu) and the new CUDA defaults
+  # (gamma 3 + --draft-extend 4): GPU tests, a -DLOOKUP_BROKEN=1 build, then the benchmarks; carry .whl,
+  # minitorch/cuda_kernels and .probe/lookb (the broken lookup.fatbin)
+  real_env
+  [ -n "${SKIPTESTS:-}" ] || PAT='passed|failed|rc=|Error' TAILN=20 run tests_lookup 200 python3 -m pytest -q -m gpu -p no:cacheprovider \
+      tests/test_cuda_lookup.py tests/test_cuda_sampling.py
+  for f in minitorch/cuda_kernels/*.fatbin; do [ -f .probe/lookb/$(basename $f) ] || cp $f .probe/lookb/; done
+  [ -n "${SKIPTESTS:-}" ] || PAT='passed|failed|rc=' run broken_lookup 60 env MINITORCH_CUDA_BUILD_DIR=.probe/lookb python3 -m pytest -q -m gpu \
+      -p no:cacheprovider tests/test_cuda_lookup.py
+  B="--limit 20 --backend cuda --no-plots --no-progress"
+  PG='speedup|^spec |^target |time:|acceptance by|rc=|Error|error'
+  PAT=$PG TAILN=8 run gsm8k_default 100 python3 project/benchmark_gsm8k.py $B -o $OUT/gsm8k_default.jsonl
+  PAT=$PG TAILN=8 run gsm8k_g4x0 100 python3 project/benchmark_gsm8k.py $B --gamma 4 --draft-extend 0 -o $OUT/gsm8k_g4x0.jsonl
+  PAT=$PG TAILN=8 run math500_default 110 python3 project/benchmark_limo.py --dataset math500 $B -o $OUT/math500_default.jsonl
+  PAT=$PG TAILN=8 run gsm8k_t06_default 100 python3 project/benchmark_gsm8k.py $B --temperature 0.6 --top-p 0.95 -o $OUT/gsm8k_t06_default.jsonl
+  PAT='.' TAILN=12 run demo_default 60 python3 project/run_spec_decoding.py --backend cuda
+  PAT=$PG TAILN=8 run gsm8k_g4x3 100 python3 project/benchmark_gsm8k.py $B --gamma 4 --draft-extend 3 -o $OUT/gsm8k_g4x3.jsonl
+  PAT='.' TAILN=12 run demo_g4x0 60 python3 project/run_spec_decoding.py --backend cuda --gamma 4 --draft-extend 0
+  cd "$OUT" && tar czf real_y.tgz *.log *.jsonl *.json 2>/dev/null; rm -f *.jsonl *.log *.json
   ;;
 realx)  # round 11, after `.stage/assemble.sh join`: --draft-extend 0 / 2 / 3 / 4 with the defaults, one call;
   # carry .whl and minitorch/cuda_kernels
