@@ -258,3 +258,16 @@ def test_broken_catch_up_is_detected(monkeypatch):
     res = speculative_generate_cuda(target, draft, PROMPT, 60, gamma=6)
     assert res.tokens == greedy(TARGET, PROMPT, 60)  # the target still decides every token
     assert res.stats["per_position_acceptance"][0] < 1.0
+
+
+def test_capture_speculative_graphs_covers_every_round_shape():
+    """The warm-up's capture runs a verify of every draft count 0..gamma (a run's last rounds draft fewer) and
+    the draft's longer first steps; a run afterwards is still greedy decoding."""
+    from minitorch.generation.cuda import capture_speculative_graphs
+
+    target, draft = FakeDecoder(TARGET), FakeDecoder(TARGET)
+    draft.lookup_steps = 3
+    capture_speculative_graphs(target, draft, PROMPT, 7)
+    assert set(target.steps) == set(range(1, 9))  # verify steps of 1..8 rows: 0..7 drafts
+    assert set(range(1, 7)) <= set(draft.steps)  # first steps of up to 7 - 3 + 2 tokens
+    assert speculative_generate_cuda(target, draft, PROMPT, 40, gamma=7).tokens == greedy(TARGET, PROMPT, 40)
