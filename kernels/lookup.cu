@@ -1,6 +1,7 @@
 // lookup.cu: prompt lookup on the device, so that --draft-extend's looked-up drafts need no host round trip
 // (minitorch/generation/cuda.py). The target decoder keeps the run's tokens so far (the prompt, then each
-// round's emitted tokens) in ctx[0..*ctx_len); its last entry is the pending token. Launch layouts: one block each (below).
+// round's emitted tokens) in ctx[0..*ctx_len); its last entry is the pending token. Launch layouts: one block
+// each (below).
 //
 // ngram_lookup: grid (1), block (LOOKUP_THREADS). S = ctx[0..L) followed by the draft's gq tokens
 //   ttok[1..1+gq) (L = *ctx_len, |S| = N = L + gq). For n = min(max_n, N - 1) down to 1: the latest start
