@@ -80,3 +80,21 @@ def test_cost_model_is_leviathans_formula_with_the_measured_verify() -> None:
     for g in (2, 4):
         assert got[g] == pytest.approx(expected_tokens_per_round(0.85, g) / (g * 0.3 + 1.0 + 0.05 * g))
         assert bt.expected_tokens_per_round(0.85, g) == pytest.approx(expected_tokens_per_round(0.85, g))
+
+
+def test_cost_model_with_looked_up_drafts() -> None:
+    """--extend: gamma model drafts at alpha, then looked-up ones at their own rates, no draft step for them,
+    the verify of gamma + extend drafts; with extend 0 it is cost_model."""
+    vr = {g: 1.0 + 0.05 * g for g in range(1, 9)}
+    got = bt.cost_model_extended(0.85, 0.25, vr, [3, 5], 4, lookup_rates=(0.5, 0.7))
+    assert list(got) == [3]  # 5 + 4 drafts: no verify measured
+    rates = [0.85] * 3 + [0.5, 0.7, 0.7, 0.7]
+    E, run = 1.0, 1.0
+    for a in rates:
+        run *= a
+        E += run
+    assert got[3] == pytest.approx(E / (3 * 0.25 + vr[7]))
+    assert bt.cost_model_extended(0.85, 0.25, vr, [2, 4], 0) == pytest.approx(bt.cost_model(0.85, 0.25, vr, [2, 4]))
+    # round 10's R1 step costs (call 36: 7B 4.457 ms, verify(7) 1.16x; 1.5B draft 1.051 ms)
+    r1 = bt.cost_model_extended(0.85, 1.051 / 4.457, {3: 1.07, 4: 1.09, 7: 1.16}, [3, 4], 4)
+    assert r1[3] > bt.cost_model(0.85, 1.051 / 4.457, {3: 1.07, 4: 1.09, 7: 1.16}, [4])[4]

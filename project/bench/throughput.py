@@ -24,9 +24,11 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from minitorch.generation.stats import expected_tokens_by_position  # noqa: E402
 
 SHAPES: Dict[str, Dict[str, Any]] = {
     "r1-distill-qwen-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
@@ -328,6 +330,23 @@ def cost_model(alpha: float, c: float, verify_ratio: Dict[int, float], gammas: L
             if g in verify_ratio}
 
 
+LOOKUP_RATES = (0.49, 0.71, 0.77, 0.77)  # round 11, GSM8K on the H200: acceptance of looked-up draft positions 1-4
+
+
+def cost_model_extended(alpha: float, c: float, verify_ratio: Dict[int, float], gammas: List[int], extend: int,
+                        lookup_rates: Sequence[float] = LOOKUP_RATES) -> Dict[int, float]:
+    """cost_model with --draft-extend: each round's gamma model drafts (accepted at alpha each) continued by
+    `extend` looked-up ones (accepted at lookup_rates, the last rate repeated), which cost no draft step, only
+    verify rows: E[tokens a round] from the per-position rates / (gamma * c + verify(gamma + extend + 1) / step).
+    Draft counts whose verify was not measured are left out."""
+    rates = list(lookup_rates) + [lookup_rates[-1]] * max(extend - len(lookup_rates), 0)
+    out = {}
+    for g in sorted(set(gammas)):
+        if g + extend in verify_ratio:
+            out[g] = expected_tokens_by_position([alpha] * g + rates[:extend]) / (g * c + verify_ratio[g + extend])
+    return out
+
+
 def bench_hf(cfg: Any, args: argparse.Namespace, compiled: bool) -> float:
     """transformers Qwen2 (random bf16 weights) greedy tokens/s, eager or static cache + torch.compile."""
     import torch
@@ -390,6 +409,9 @@ def main(argv: List[str] | None = None) -> int:
                     help="also time target-alone greedy decoding through the generation engine (generate_cuda, "
                          "the CLI's path: logits limited to the tokenizer's vocabulary with --model)")
     ap.add_argument("--gammas", type=int, nargs="+", default=[4], help="draft lengths for --spec (default 4)")
+    ap.add_argument("--extend", type=int, default=0,
+                    help="--spec: also the cost model with each gamma's drafts continued by this many looked-up "
+                         "ones (--draft-extend), accepted at round 11's measured GSM8K rates (default 0: off)")
     ap.add_argument("--sampling", action="store_true",
                     help="also time decoding with sampling on the device (temperature 1; 0.7 + top-p 0.9; top-k 50)")
     ap.add_argument("--gemv", choices=["ours", "ours1", "cublas", "tc"], default="ours1",
@@ -450,6 +472,8 @@ def main(argv: List[str] | None = None) -> int:
         problem = "--gammas must lie in 1..8"
     elif not 0 < args.alpha < 1:
         problem = "--alpha must lie in (0, 1)"
+    elif args.extend < 0 or any(g + args.extend > 8 for g in args.gammas):
+        problem = "--extend must be >= 0, with gamma + extend <= 8 (the verify steps measured)"
     if problem:
         print(f"bench_throughput: {problem}", file=sys.stderr)
         return 2
@@ -504,6 +528,15 @@ def main(argv: List[str] | None = None) -> int:
             print(f"[spec] cost model at alpha {args.alpha}: gamma={g}: E[tokens/round] "
                   f"{expected_tokens_per_round(args.alpha, g):.2f}, verify {tr['verify_ratio'][g]:.2f}x a step "
                   f"-> predicted speedup {sp:.2f}x ({args.gemv} verify)")
+        if args.extend:
+            rates = " ".join(f"{a:.2f}" for a in LOOKUP_RATES)
+            for g, sp in cost_model_extended(args.alpha, c, tr["verify_ratio"], args.gammas, args.extend).items():
+                print(f"[spec] cost model at alpha {args.alpha}, gamma={g} + {args.extend} looked up (accepted at "
+                      f"{rates}, round 11's GSM8K): verify {tr['verify_ratio'][g + args.extend]:.2f}x a step "
+                      f"-> predicted speedup {sp:.2f}x ({args.gemv} verify)")
+            results["cost_model_extended"] = {"extend": args.extend, "lookup_rates": list(LOOKUP_RATES),
+                                              "speedup": cost_model_extended(args.alpha, c, tr["verify_ratio"],
+                                                                             args.gammas, args.extend)}
         decs.clear()
         cp.get_default_memory_pool().free_all_blocks()
     if args.baselines != "none":
