@@ -170,18 +170,17 @@ def capture_speculative_graphs(target: Any, draft: Any, prompt_ids: Sequence[int
                                cfg: SamplingConfig | None = None, vocab_size: int | None = None) -> None:
     """Capture every graph a speculative run of this gamma (and the draft's lookup_steps) can replay, so that
     none is captured inside a timed run: a short run of each length 1..gamma + 1 (its one round verifies
-    0..gamma drafts: a run's last rounds draft fewer) and the draft's first steps of 2..gamma - steps + 2
-    tokens (after a round that accepted looked-up tokens). A verify graph's capture costs milliseconds: in a
+    0..gamma drafts: a run's last rounds draft fewer) and the draft decoder's first steps of 2..gamma - steps
+    + 2 tokens (after a round that accepted its tokens and looked-up ones; 2 without lookup). A verify graph's capture costs milliseconds: in a
     128-token run that is a large share of the time. Leaves both decoders' caches to be refilled (the next
     run prefills anew)."""
     for m in range(1, gamma + 2):
         speculative_generate_cuda(target, draft, prompt_ids, m, cfg, gamma=gamma, vocab_size=vocab_size)
-    steps = getattr(draft, "lookup_steps", None)
-    if steps is not None and hasattr(draft, "replay"):
-        draft.set_position(0)
-        for T in range(2, min(max(gamma - steps, 0) + 2, draft.max_tokens) + 1):
-            draft.replay(T, all_logits=False, advance=True)
-        target.stream.synchronize()
+    steps = draft.lookup_steps
+    draft.set_position(0)
+    for T in range(2, min((max(gamma - steps, 0) if steps else 0) + 2, draft.max_tokens) + 1):
+        draft.replay(T, all_logits=False, advance=True)
+    target.stream.synchronize()
 
 
 def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[int], max_new_tokens: int,
@@ -206,7 +205,8 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     prompt = [int(t) for t in prompt_ids]
     draft = None if hasattr(drafter, "propose") else drafter
     _check(target, prompt, max_new_tokens, limit + 1)
-    steps = getattr(draft, "lookup_steps", None) if draft is not None else None  # prompt lookup continues them
+    # --draft-extend: the draft decoder's tokens a round (prompt lookup continues them); None: all of them
+    steps = getattr(draft, "lookup_steps", None) if draft is not None else None
     if draft is not None:
         _check(draft, prompt, max_new_tokens, limit + 2)
         # its first step feeds [its last draft, the accepted looked-up tokens, next]; its ring of q rows holds
