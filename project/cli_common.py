@@ -222,6 +222,14 @@ class Models:
         model = ModelDrafter(self.draft, self.vocab_size, head_vocab=n or None)
         return ExtendedDrafter(model, steps) if self.draft_extend and steps else model
 
+    def round_drafter(self, kind: str, gamma: int) -> tuple[Any, int]:
+        """(drafter, the round's gamma) for `gamma` draft-model tokens a round: with --draft-extend and a model
+        drafter, that drafter continues them by prompt lookup and the round's gamma counts the looked-up ones
+        too (what speculative_generate takes as gamma)."""
+        if kind == "model" and self.draft_extend:
+            return self.make_drafter(kind, steps=gamma), gamma + self.draft_extend
+        return self.make_drafter(kind), gamma
+
     def functions(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
         """(generate, speculative_generate) for these models: the CPU engine's, or the CUDA-graph
         path's (same arguments and results)."""
@@ -350,7 +358,9 @@ def warm_up(models: Models, prompt_ids: Sequence[int] | None = None, cfg: Any = 
 
     t0 = time.perf_counter()
     generate, speculative = models.functions()
-    total = gamma + models.draft_extend  # a round's drafts: the model's gamma and the looked-up ones
+    kind = drafter or ("model" if models.draft is not None else "ngram")
+    spec = kind == "ngram" or models.draft is not None
+    spec_drafter, total = models.round_drafter(kind, gamma) if spec else (None, gamma)  # total: looked-up too
     new = 2 * total + 2
     limits = [context_limit(m) for m in (models.target, models.draft) if m is not None]
     n = min([WARM_PROMPT_TOKENS] + [lim - new - 1 for lim in limits if lim])
@@ -359,15 +369,12 @@ def warm_up(models: Models, prompt_ids: Sequence[int] | None = None, cfg: Any = 
     for model in (models.target, models.draft):
         if model is not None:
             generate(model, ids, 3, cfg, vocab_size=models.vocab_size)
-    kind = drafter or ("model" if models.draft is not None else "ngram")
-    if kind == "ngram" or models.draft is not None:
-        speculative(models.target, models.make_drafter(kind, steps=gamma), ids, new, cfg,
-                    gamma=total if kind == "model" else gamma, vocab_size=models.vocab_size)
-    if models.on_gpu_graphs and kind == "model":  # the graphs of a run's last, shorter rounds too
-        from minitorch.generation.cuda import capture_speculative_graphs
+    if spec:
+        speculative(models.target, spec_drafter, ids, new, cfg, gamma=total, vocab_size=models.vocab_size)
+        if models.on_gpu_graphs and kind == "model":  # the graphs of a run's last, shorter rounds too
+            from minitorch.generation.cuda import capture_speculative_graphs
 
-        capture_speculative_graphs(models.target, models.make_drafter(kind, steps=gamma), ids, total, cfg,
-                                   vocab_size=models.vocab_size)
+            capture_speculative_graphs(models.target, spec_drafter, ids, total, cfg, vocab_size=models.vocab_size)
     return time.perf_counter() - t0
 
 

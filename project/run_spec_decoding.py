@@ -107,10 +107,10 @@ def run_one(kind: str, models: Models, s: Settings, ids: list[int], on_tokens: A
     """One generation: "spec" (speculative), "target" or "draft" (autoregressive)."""
     generate, speculative_generate = models.functions()
     if kind == "spec":
-        return speculative_generate(models.target, models.make_drafter(s.drafter, steps=s.gamma), ids,
-                                    s.max_new_tokens, s.cfg, models.stop_ids,
-                                    gamma=s.gamma + models.draft_extend, adaptive_gamma=s.adaptive,
-                                    vocab_size=models.vocab_size, on_tokens=on_tokens)
+        drafter, round_gamma = models.round_drafter(s.drafter, s.gamma)
+        return speculative_generate(models.target, drafter, ids, s.max_new_tokens, s.cfg, models.stop_ids,
+                                    gamma=round_gamma, adaptive_gamma=s.adaptive, vocab_size=models.vocab_size,
+                                    on_tokens=on_tokens)
     model = models.target if kind == "target" else models.draft
     if model is None:
         raise UserError("no draft model is loaded: use --drafter model for draft runs")

@@ -271,3 +271,14 @@ def test_capture_speculative_graphs_covers_every_round_shape():
     assert set(target.steps) == set(range(1, 9))  # verify steps of 1..8 rows: 0..7 drafts
     assert set(range(1, 7)) <= set(draft.steps)  # first steps of up to 7 - 3 + 2 tokens
     assert speculative_generate_cuda(target, draft, PROMPT, 40, gamma=7).tokens == greedy(TARGET, PROMPT, 40)
+
+
+def test_host_ngram_drafter_equals_greedy():
+    """The host drafter's path (NGramDrafter: the host writes its drafts, proposing from the context the
+    engine keeps for it) gives greedy decoding, and its drafts are accepted (the "language" repeats itself)."""
+    from minitorch.generation.drafters import NGramDrafter
+
+    target = FakeDecoder(TARGET)
+    res = speculative_generate_cuda(target, NGramDrafter(), PROMPT, 60, gamma=4)
+    assert res.tokens == greedy(TARGET, PROMPT, 60)
+    assert res.stats["accepted"] > 0

@@ -131,12 +131,11 @@ def _gather(target: Any, draft: Any, gq: int) -> None:
     target.k.launch("gather_drafts", (1,), (128,), (target.tokens, draft.history, draft.pos, np.int32(gq)))
 
 
-def _verify(target: Any, draft: Any, g: int, gq: int | None = None, lookup: bool = False) -> None:
+def _verify(target: Any, draft: Any, g: int, gq: int, lookup: bool) -> None:
     """Replay (capturing on first use) the verify graph for g drafts: gather, lookup, target step, accept.
-    The first gq (default g) drafts are the draft decoder's; with lookup the rest are prompt lookup's
-    (kernels/lookup.cu, point masses to the acceptance rule), else a host drafter's, written by the host."""
+    The first gq drafts are the draft decoder's; with lookup the rest are prompt lookup's (kernels/lookup.cu,
+    point masses to the acceptance rule); a host drafter's (draft None) were written by the host."""
     i32, i64, z = np.int32, np.int64, np.uint64(0)
-    gq = g if gq is None else gq
     sampled = target.sampling is not None
     key = ("verify", g, gq, lookup, id(draft), target.sampling, None if draft is None else draft.sampling)
 
@@ -237,7 +236,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
             target.context[:len(prompt)].set(np.asarray(prompt, np.int64), stream=stream)
             target.context_len.set(np.asarray([len(prompt)], np.int32), stream=stream)
     events = [cp.cuda.Event() for _ in range(3)]
-    context = list(prompt)
+    context = list(prompt) if draft is None else None  # what a host drafter proposes from
     out: list[int] = []
     g_now, first_T, done = gamma, 1, False
     rng = cfg.make_rng()  # only for a host drafter's propose() signature
@@ -266,7 +265,8 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         n_emit, done = emit([int(t) for t in res[1:n + 2]], out, max_new_tokens, stops)
         from_drafts = min(n_emit, n)
         st.record_round(g, n, from_drafts, n_emit - from_drafts)
-        context.extend(out[len(out) - n_emit:])
+        if context is not None:
+            context.extend(out[len(out) - n_emit:])
         if on_tokens is not None:
             on_tokens(out[len(out) - n_emit:])
         first_T = n - gq + 2 if n >= gq else 1  # the draft feeds [d_gq, accepted lookups, next] or [next]

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from minitorch.generation.stats import expected_tokens_by_position  # noqa: E402
+from minitorch.generation.stats import expected_tokens_by_position, expected_tokens_per_round  # noqa: E402
 
 SHAPES: Dict[str, Dict[str, Any]] = {
     "r1-distill-qwen-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
@@ -316,11 +316,6 @@ def bench_spec(target: Any, draft: Any, args: argparse.Namespace) -> List[Dict[s
             print(f"[spec forced] gamma={gamma} accepted={pattern:4s}: {produced / dt:.1f} tokens/sec "
                   f"({dt / cycles * 1e3:.2f} ms a cycle)")
     return out
-
-
-def expected_tokens_per_round(alpha: float, gamma: int) -> float:
-    """Leviathan et al. (2023) eq. 1 (minitorch/generation/stats.py has the same)."""
-    return gamma + 1.0 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
 def cost_model(alpha: float, c: float, verify_ratio: Dict[int, float], gammas: List[int]) -> Dict[int, float]:

@@ -80,9 +80,9 @@ def load_engine(args: argparse.Namespace, modes: Sequence[str]) -> Engine:
     warm = warm_up(models, cfg=cfg, gamma=args.gamma, drafter=args.drafter)  # first problem's timings stay warm
     print(f"[warm-up {warm:.1f} s, not part of any problem's timing]", file=sys.stderr)
     stop_ids = sorted(models.stop_ids)
-    gens = engine_generators(models.target, models.make_drafter(args.drafter, steps=args.gamma), stop_ids, cfg,
-                             args.gamma + models.draft_extend, args.adaptive_gamma, models.vocab_size,
-                             functions=models.functions())
+    drafter, round_gamma = models.round_drafter(args.drafter, args.gamma)
+    gens = engine_generators(models.target, drafter, stop_ids, cfg, round_gamma, args.adaptive_gamma,
+                             models.vocab_size, functions=models.functions())
     if any(m.startswith("hf_") for m in modes):
         from .hf import hf_generators
 
