@@ -72,9 +72,14 @@ def accept_sampled(rows: np.ndarray, drafts: Sequence[int], q: np.ndarray | None
     return len(drafts), sample(logits_to_probs(rows[len(drafts)], cfg), rng)
 
 
-def verify(target: Any, cache: Any, pending: int, drafts: Sequence[int], vocab: int) -> np.ndarray:
-    """One target forward over [pending, drafts]: (g+1, V) logits rows (a view; read before the next call)."""
-    return logits_rows(target([pending, *drafts], cache), vocab)
+def verify(target: Any, cache: Any, pending: int, drafts: Sequence[int], vocab: int,
+           hidden: bool = False) -> tuple[np.ndarray, Any]:
+    """One target forward over [pending, drafts]: (g+1, V) logits rows (a view; read before the next call) and,
+    when asked (a drafter that reads the target's features), the final hidden states (1, g+1, D), else None."""
+    if hidden:
+        logits, feats = target([pending, *drafts], cache, return_hidden=True)
+        return logits_rows(logits, vocab), feats
+    return logits_rows(target([pending, *drafts], cache), vocab), None
 
 
 def next_gamma(gamma: int, n_drafted: int, n_accepted: int) -> int:
@@ -120,10 +125,15 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     max_len = len(prompt) + max_new_tokens
     if cache is None:
         cache = target.new_cache(max_len)
+    wants_feats = bool(getattr(drafter, "needs_hidden", False))  # a trained head drafts from the target's features
     with timer("prefill"):
-        if len(prompt) > 1:
-            target(prompt[:-1], cache, last_n=1)  # only fills the cache; skip the vocab projection
+        feats = None
+        if len(prompt) > 1:  # only fills the cache; skip the vocab projection
+            out_ = target(prompt[:-1], cache, last_n=1, return_hidden=wants_feats)
+            feats = out_[1] if wants_feats else None
         drafter.start(prompt, max_len, vocab)
+        if feats is not None:
+            drafter.observe(feats)  # features of positions 0 .. len(prompt) - 2
     context = list(prompt)
     out: list[int] = []
     g_now = gamma
@@ -139,7 +149,7 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
                 drafts, q = drafter.propose(context, g, cfg, rng)
                 st.draft_forwards += drafter.forwards - f0
         with timer("verify"):
-            rows = verify(target, cache, context[-1], drafts, vocab)  # (g+1, V)
+            rows, feats = verify(target, cache, context[-1], drafts, vocab, wants_feats)  # (g+1, V)
         with timer("sample"):
             if cfg.greedy:
                 n_acc, nxt = accept_greedy(greedy_tokens(rows), drafts)
@@ -149,6 +159,8 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
             from_drafts = min(n_emit, n_acc)
             st.record_round(len(drafts), n_acc, from_drafts, n_emit - from_drafts)
             context.extend(out[len(out) - n_emit:])
+            if feats is not None:  # the verified positions [pending, accepted drafts] now in the context
+                drafter.observe(feats.narrow(1, 0, n_emit))
             # roll both caches back to the emitted prefix (all context tokens but the pending one)
             cache.truncate(len(context) - 1)
             drafter.rollback(len(context) - 1)

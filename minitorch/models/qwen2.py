@@ -180,7 +180,8 @@ class Qwen2ForCausalLM(Module):
             self._sin = _cast(from_numpy(sin, backend=self.backend), self.dtype)
 
     def forward(self, ids: Union[Tensor, Sequence[int]], cache: Optional[KVCache] = None,
-                last_n: Optional[int] = None, head_rows: Optional[int] = None) -> Tensor:
+                last_n: Optional[int] = None, head_rows: Optional[int] = None,
+                return_hidden: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """Logits (1, T, V) for ids (1, T); with a cache, positions continue from cache.length.
 
         last_n: only return logits for the last n positions, (1, n, V); a prefill that needs just the
@@ -204,17 +205,28 @@ class Qwen2ForCausalLM(Module):
             h = self.model.layers[i](h, cos, sin, cache, i)
         if cache is not None:
             cache.advance(t)
-        if last_n is not None:
-            if not 1 <= last_n <= t:
-                raise ValueError(f"last_n must be in [1, {t}], got {last_n}")
-            h = h.narrow(1, t - last_n, last_n)  # (1, last_n, D)
-        h = self.model.norm(h)
-        head = self.model.embed_tokens.weight.value if self.lm_head is None else self.lm_head.weight.value
+        if last_n is not None and not 1 <= last_n <= t:
+            raise ValueError(f"last_n must be in [1, {t}], got {last_n}")
+        hidden = None
+        if return_hidden:
+            hidden = h = self.model.norm(h)  # (1, T, D)
+            if last_n is not None:
+                h = h.narrow(1, t - last_n, last_n)  # (1, last_n, D)
+        else:
+            if last_n is not None:
+                h = h.narrow(1, t - last_n, last_n)  # (1, last_n, D)
+            h = self.model.norm(h)
+        head = self.lm_head_weight()
         if head_rows is not None:
             if not 1 <= head_rows <= head.shape[0]:
                 raise ValueError(f"head_rows must be in [1, {head.shape[0]}], got {head_rows}")
             head = head.narrow(0, 0, head_rows)  # a Tensor view or a PackedWeight sharing the arrays
-        return nn.linear(h, head)  # (1, T, V)
+        logits = nn.linear(h, head)  # (1, T, V)
+        return (logits, hidden) if return_hidden else logits
+
+    def lm_head_weight(self) -> Any:
+        """The vocabulary projection (V, D): lm_head's weight, or the tied embedding."""
+        return self.model.embed_tokens.weight.value if self.lm_head is None else self.lm_head.weight.value
 
     # -- weights -----------------------------------------------------------------------------
     def load_weights(self, weights: Mapping[str, np.ndarray], source: str = "") -> None:

@@ -1,0 +1,105 @@
+"""HeadDrafter: drafting with a trained draft head (minitorch/models/draft_head.py) on the target's features.
+
+The head at position t reads (f_t, x_{t+1}): the target's final hidden state there and the next token, and
+predicts x_{t+2}. The engine hands the drafter the target's features as it computes them (`observe`: the
+prompt's after prefill, then those of each round's emitted positions), so with a context x_0..x_{n-1} whose
+last token is the pending one, the features f_0..f_{n-2} are known and
+
+    feed   head positions k..n-2 (those not cached yet) in one step -> g_{n-2}, whose logits give d_1
+    draft  d_i for i >= 2 from the head's own feature: position n-3+i reads (g_{n-4+i}, d_{i-1})
+    trim   the head's cache back to n-1 positions: the drafted positions read guessed features
+
+Cache invariant between rounds: the head's cache holds positions whose inputs were the target's own
+features (0..k-1, k <= number of features), the feature buffer f_0..f_{m-1} for the context's first m
+tokens; `rollback(m)` forgets what lies past them.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import from_numpy, tensor as make_tensor
+from .sampling import SamplingConfig, logits_rows, logits_to_probs, sample
+
+
+class HeadDrafter:
+    """The Drafter protocol (drafters.py) plus `needs_hidden` / `observe(features)` for the engine."""
+
+    needs_hidden = True
+
+    def __init__(self, head: Any, target: Any) -> None:
+        self.head, self.target = head, target
+        self.vocab_size: int | None = None  # proposes among head_vocab ids of the target's vocabulary
+        self.forwards = 0
+        self._vocab = int(target.config.vocab_size)
+        self._lm = target.lm_head_weight()
+        self._emb = target.model.embed_tokens
+        self.cache: Any = None
+        self._feats = np.zeros((0, head.config.hidden_size), dtype=np.float32)
+        self._n_feats = 0
+
+    def start(self, prompt_ids: Sequence[int], max_len: int, vocab_size: int | None = None) -> None:
+        """New generation: an empty head cache and feature buffer (features arrive through observe)."""
+        self._vocab = min(int(self.target.config.vocab_size), int(vocab_size or self._vocab))
+        self.cache = self.head.new_cache(max_len)
+        self._feats = np.zeros((max_len, self.head.config.hidden_size), dtype=np.float32)
+        self._n_feats = 0
+        self.forwards = 0
+
+    def observe(self, feats: Any) -> None:
+        """Append the target's features (T, D) (or (1, T, D), a Tensor or array) of the next context positions."""
+        arr = np.asarray(feats.to_numpy() if hasattr(feats, "to_numpy") else feats, dtype=np.float32)
+        arr = arr.reshape(-1, self._feats.shape[1])
+        self._feats[self._n_feats:self._n_feats + arr.shape[0]] = arr
+        self._n_feats += arr.shape[0]
+
+    def rollback(self, n_tokens: int) -> None:
+        """Only the context's first n_tokens positions are still valid."""
+        self._n_feats = min(self._n_feats, n_tokens)
+        if self.cache is not None and self.cache.length > n_tokens:
+            self.cache.truncate(n_tokens)
+
+    def _embed(self, ids: Sequence[int]) -> Any:
+        return self._emb(make_tensor([list(ids)], dtype="int64", backend=self.head.backend))  # (1, T, D)
+
+    def _step(self, feats: Any, ids: Sequence[int]) -> tuple[Any, np.ndarray]:
+        """The head over new positions: (g (1, T, D), logits of the last position over the head's ids)."""
+        g = self.head(feats, self._embed(ids), self.cache)
+        self.forwards += 1
+        n_head = min(self.head.config.head_vocab, self._vocab)
+        last = g.narrow(1, g.shape[1] - 1, 1)  # (1, 1, D)
+        return last, logits_rows(self.head.logits(last, self._lm, n_head), n_head)[-1]
+
+    def propose(self, tokens: Sequence[int], gamma: int, cfg: SamplingConfig,
+                rng: np.random.Generator) -> tuple[list[int], np.ndarray | None]:
+        n = len(tokens)
+        if self._n_feats < n - 1:
+            raise RuntimeError(f"the head has features for {self._n_feats} positions, needs {n - 1}: the engine "
+                               "must pass the target's features to observe()")
+        k = self.cache.length
+        if k > n - 1:  # never happens with the engine's rollback; keep the invariant anyway
+            self.cache.truncate(n - 1)
+            k = n - 1
+        if n < 2:  # no feature yet (a one-token prompt): nothing to draft from
+            return [], None
+        feats = from_numpy(self._feats[k:n - 1][None], backend=self.head.backend)  # (1, n-1-k, D)
+        g, row = self._step(feats, [int(t) for t in tokens[k + 1:n]])
+        drafts: list[int] = []
+        qs: list[np.ndarray] = []
+        n_head = row.shape[0]
+        for i in range(gamma):
+            if cfg.greedy:
+                tok = int(np.argmax(row))
+            else:
+                q = logits_to_probs(row, cfg)
+                tok = sample(q, rng)
+                if n_head < self._vocab:  # the distribution over the whole shared vocabulary
+                    q = np.concatenate([q, np.zeros(self._vocab - n_head, dtype=q.dtype)])
+                qs.append(q)
+            drafts.append(tok)
+            if i + 1 < gamma:
+                g, row = self._step(g, [tok])
+        self.cache.truncate(n - 1)
+        return drafts, (np.stack(qs) if qs else None)
