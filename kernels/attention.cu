@@ -26,10 +26,6 @@
 //   sees (from the position: pos_ptr, q_off, L, KB as attn_partial's) and writes out (each thread one d;
 //   16 splits per round trip to memory, no barriers). Empty splits change no bit of the merge, so the
 //   result equals merging all nsplit of them.
-// attn_cluster_* (sm_90, short contexts): attn_partial and attn_combine in one kernel. Same grid as
-//   attn_partial, launched as clusters of (nsplit, 1, 1) blocks (nsplit <= 16; > 8 needs the
-//   non-portable cluster size allowed): the splits of a head group merge through distributed shared
-//   memory (attn_cluster_merge), bit for bit what attn_combine writes; no workspace.
 // Positions: query t sits at q_start + t, q_start = (*pos_ptr if pos_ptr else 0) + q_off, and sees
 //   keys 0 .. min(q_start + t, L - 1). With pos_ptr (a device int32) a captured CUDA graph replays
 //   at the current cache length; blocks past the last visible key write an empty split.
@@ -173,7 +169,7 @@ __device__ __forceinline__ void fill_tile(unsigned char* tile, int rowb, bool ve
 
 // Merge up to ATT_CG splits (each: running max m, sum l, unnormalised accumulator a of one output
 // element) into the running (M, den, num), in split order; an online rescale carries the running max
-// across calls. attn_combine and the cluster kernel both merge with this, so they agree bit for bit.
+// across calls. attn_combine merges with this.
 __device__ __forceinline__ void merge_splits(const float (&mv)[ATT_CG], const float (&lv)[ATT_CG],
                                              const float (&av)[ATT_CG], float& M, float& den, float& num) {
   float gm = M;
@@ -194,8 +190,7 @@ __device__ __forceinline__ void merge_splits(const float (&mv)[ATT_CG], const fl
 
 // One output element from all nsplit splits, merged ATT_CG at a time in split order:
 // load(s, m, l, a) reads split s (only for s < nsplit; it returns a = 0 for a lane past D). All loads of
-// a group are issued before any is used. attn_combine (global memory) and the cluster kernel
-// (distributed shared memory) differ only in the loader, so they agree bit for bit.
+// a group are issued before any is used (attn_combine's loader reads global memory).
 template <class Load>
 __device__ __forceinline__ float merge_all_splits(Load load, int nsplit) {
   float M = -MT_INF, den = 0.f, num = 0.f;
@@ -212,45 +207,6 @@ __device__ __forceinline__ float merge_all_splits(Load load, int nsplit) {
   return den > 0.f ? num / den : 0.f;
 }
 
-
-// attn_cluster_*: the nsplit blocks of one head group form a cluster (nsplit <= 16). Each block leaves
-// its split (m, l in s_m / s_l, the accumulator rows in the tile) in shared memory; after a cluster
-// barrier block `split` merges rows split, split + nsplit, ... from every block in split order (the
-// same merge_splits as attn_combine: identical bits) and writes them; a second barrier keeps every
-// block's shared memory alive until all have read it. No workspace, no second kernel.
-template <typename T>
-__device__ void attn_cluster_merge(const float (&acc)[ATT_RMAX][2], unsigned char* tile_raw, const float* s_m,
-                                   const float* s_l, T* out, i64 osb, i64 osh, i64 ost, int b, int kvh, int G,
-                                   int Tq, int r0, int nrows, int D, int split, int nsplit) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int tid = threadIdx.x;
-  float* acc_s = reinterpret_cast<float*>(tile_raw);  // [ATT_RMAX][D] (the tile is free after the loop)
-#pragma unroll
-  for (int r = 0; r < ATT_RMAX; ++r)
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      int d = tid + k * ATT_THREADS;
-      if (d < D) acc_s[r * D + d] = acc[r][k];
-    }
-  cluster_sync();
-  for (int r = split; r < nrows; r += nsplit) {
-    const int rr = r0 + r, h = kvh * G + rr / Tq, t = rr % Tq;
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int d = tid + k * ATT_THREADS;
-      const float o = merge_all_splits([&](int s, float& m, float& l, float& a) {
-        m = ld_cluster(s_m + r, s);
-        l = ld_cluster(s_l + r, s);
-        a = d < D ? ld_cluster(acc_s + r * D + d, s) : 0.f;
-      }, nsplit);
-      if (d < D) out[b * osb + h * osh + t * ost + d] = from_f<T>(o);
-    }
-  }
-  cluster_sync();
-#else
-  __trap();  // launched only on compute capability >= 9.0 (the host checks)
-#endif
-}
 
 // The online softmax update after one chunk of ATT_CH scores (sc, rows x ATT_CH): a warp a row, each
 // row's running max s_m and sum s_l rescaled, sc turned into the chunk's weights, s_alpha = the factor the
@@ -275,9 +231,9 @@ __device__ __forceinline__ void chunk_softmax(float* sc, float* s_m, float* s_l,
 }
 
 // One split (keys [split*KB, (split+1)*KB)) of one block's head group and rows. Returns false, having
-// written nothing, when the split lies past every key the block's rows see (not in a cluster: attn_combine
+// written nothing, when the split lies past every key the block's rows see (attn_combine
 // reads only the splits a row sees, so such splits need no workspace entry; later splits are empty too).
-template <typename T, bool CLUSTER>
+template <typename T>
 __device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* ws_m, float* ws_l, float* ws_acc,
                                   const int* pos_ptr, int q_off, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh,
                                   i64 ksl, i64 vsb, i64 vsh, i64 vsl, int Hq, int Hkv, int Tq, int D, int L,
@@ -326,7 +282,7 @@ __device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* w
   int kmax = 0;  // one past the last key any row of this block sees
   for (int r = 0; r < nrows; ++r) kmax = max(kmax, min(q_start + ((r0 + r) % Tq), L - 1) + 1);
   const int kend = min(kstart + KB, kmax);
-  if (!CLUSTER && kstart >= kmax) return false;  // uniform over the block: before any barrier
+  if (kstart >= kmax) return false;  // uniform over the block: before any barrier
   if (ATT_STOP == 2) return false;
 
   {
@@ -384,22 +340,18 @@ __device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* w
     __syncthreads();
   }
 
-  if constexpr (CLUSTER) {  // the cluster's blocks are this head group's splits: merge through shared memory
-    attn_cluster_merge<T>(acc, tile_raw, s_m, s_l, out, osb, osh, ost, b, kvh, G, Tq, r0, nrows, D, split, nsplit);
-  } else {
-    for (int r = 0; r < nrows; ++r) {
-      int rr = r0 + r, h = kvh * G + rr / Tq, t = rr % Tq;
-      i64 row = ((i64)b * Hq + h) * Tq + t;
-      if (tid == 0) { ws_m[row * nsplit + split] = s_m[r]; ws_l[row * nsplit + split] = s_l[r]; }
+  for (int r = 0; r < nrows; ++r) {
+    int rr = r0 + r, h = kvh * G + rr / Tq, t = rr % Tq;
+    i64 row = ((i64)b * Hq + h) * Tq + t;
+    if (tid == 0) { ws_m[row * nsplit + split] = s_m[r]; ws_l[row * nsplit + split] = s_l[r]; }
 #pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        int d = tid + k * ATT_THREADS;
-        if (d < D) {
-          float a = 0.f;
+    for (int k = 0; k < 2; ++k) {
+      int d = tid + k * ATT_THREADS;
+      if (d < D) {
+        float a = 0.f;
 #pragma unroll
-          for (int rq = 0; rq < ATT_RMAX; ++rq) if (rq == r) a = acc[rq][k];
-          ws_acc[(row * nsplit + split) * D + d] = a;
-        }
+        for (int rq = 0; rq < ATT_RMAX; ++rq) if (rq == r) a = acc[rq][k];
+        ws_acc[(row * nsplit + split) * D + d] = a;
       }
     }
   }
@@ -577,7 +529,7 @@ extern "C" {
     pdl_wait();                                                                                           \
     if (ATT_STOP == 1) return;                                                                            \
     for (int split = blockIdx.x; split < nsplit; split += gridDim.x) {                                   \
-      if (!attn_partial_body<T, false>(q, kc, vc, ws_m, ws_l, ws_acc, pos_ptr, q_off, qsb, qsh, qst, ksb,  \
+      if (!attn_partial_body<T>(q, kc, vc, ws_m, ws_l, ws_acc, pos_ptr, q_off, qsb, qsh, qst, ksb,  \
                                        ksh, ksl, vsb, vsh, vsl, Hq, Hkv, Tq, D, L, KB, scale, (T*)0, 0, 0, \
                                        0, split, nsplit))                                                 \
         break; /* past every visible key: so is every later split */                                      \
@@ -591,15 +543,6 @@ extern "C" {
     pdl_wait();                                                                                           \
     if (ATT_STOP == 3) return;                                                                            \
     attn_combine_body<T>(ws_m, ws_l, ws_acc, out, osb, osh, ost, Hq, Tq, D, nsplit, pos_ptr, q_off, L, KB); \
-  }                                                                                                       \
-  __global__ void __launch_bounds__(ATT_THREADS) attn_cluster_##sfx(                                      \
-      const T* q, const T* kc, const T* vc, T* out, const int* pos_ptr, int q_off, i64 qsb, i64 qsh,       \
-      i64 qst, i64 ksb, i64 ksh, i64 ksl, i64 vsb, i64 vsh, i64 vsl, i64 osb, i64 osh, i64 ost, int Hq,    \
-      int Hkv, int Tq, int D, int L, int KB, float scale) {                                                \
-    if (ATT_TRIGGER_EARLY) pdl_trigger(); /* the O projection may launch and load its weights */         \
-    pdl_wait();                                                                                           \
-    attn_partial_body<T, true>(q, kc, vc, 0, 0, 0, pos_ptr, q_off, qsb, qsh, qst, ksb, ksh, ksl, vsb, vsh,  \
-                               vsl, Hq, Hkv, Tq, D, L, KB, scale, out, osb, osh, ost, blockIdx.x, gridDim.x); \
   }
 ATT_INST(f32, float)
 ATT_INST(bf16, bf16_t)

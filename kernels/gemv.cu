@@ -6,27 +6,25 @@
 //   two chunks of every row in flight per thread, so each warp reads 512 contiguous bytes of a row
 //   per load; an activation chunk, read once through the read-only cache, serves all ROWS rows.
 //   Sums stay in fp32: a warp shuffle, then 8 warps are merged through shared memory.
-// Instantiations gemv{TMAX}[_silu|_norm|_gusilu|_resnorm]_bf16 for T <= TMAX tokens: TMAX 1, 4, 5
+// Instantiations gemv{TMAX}[_gusilu|_resnorm|_qkvrope|_norm_qkvrope]_bf16 for T <= TMAX tokens: TMAX 1, 4, 5
 //   and 8 use ROWS = 4, TMAX 16 uses ROWS = 2 (5 exists for gamma = 4 verify steps: fewer registers
-//   than 8); one-token extras gemv1r2_* (2 rows a block) and gemv1r8_* (8 rows a block, one chunk of
-//   each row in flight per thread: for short rows, K <= 2048, where a thread has one chunk a row).
+//   than 8); one-token extras gemv1r8_* (8 rows a block, one chunk of each row in flight per thread:
+//   for short rows, K <= 2048, where a thread has one chunk a row). Variants that lost their A/B
+//   (gemv1r2_*, the _silu input mode, _norm outside the QKV projection) are in kernels/NOTES.md.
 //   Input modes:
 //   plain: x (T, x_stride) bf16.
-//   _silu: x rows hold 2K values [gate | up]; the input is bf16(silu(gate) * up), bit for bit what
-//          gate_up_silu_bf16 (activation.cu) would have written (the SwiGLU product fused into the
-//          down projection, so fused and unfused steps compute identical values).
 // Per-token reduction order: every instantiation (any TMAX, ROWS) accumulates token t of row n in
 //   the same order (thread k8 chain of fmaf, warp shuffle, 8 warps in order), so a token's result
 //   does not depend on how many tokens share the launch (greedy speculative == autoregressive).
 //   Kernels with more than 8 sums a warp (ROWS * TMAX: the verify steps) reduce them all in one
 //   reduce-scatter (warp_sum_scatter: the same partners in the same order as warp_sum, so the same
 //   bits) with P - 1 + log2(32 / P) shuffles for P padded sums instead of 5 a sum (-DGEMV_RS=0: off).
-//   _norm: x is the fp32 residual stream (T, K) and nw a bf16 RMSNorm weight; each block computes
+//   norm (gemv{TMAX}_norm_qkvrope_*, the QKV projection of models with hidden <= 2048): x is the fp32
+//          residual stream (T, K) and nw a bf16 RMSNorm weight; each block computes
 //          rsqrt(mean(x^2) + eps) per token itself (from the thread's own 16-byte chunks, the ones
 //          its loop reads again from L1; a fixed order) and uses bf16(bf16(x * inv) * nw), what
 //          add_rmsnorm (norm.cu) writes up to the order of the sum of squares (the norm fused into
-//          the next projection: the previous one only adds into the residual stream). Also
-//          gemv{TMAX}_norm_gusilu_bf16 and gemv{TMAX}_norm_qkvrope_bf16 (nw, eps appended).
+//          the next projection: the previous one only adds into the residual stream; nw, eps appended).
 // Outputs (exactly one non-null): yb (T, N) bf16, yf (T, N) fp32, or resid (T, N) fp32 that the
 //   product is ADDED to (the residual stream).
 // Epilogue variants (own kernels, one extra argument `counter`, a device uint32 that is 0 between
@@ -127,7 +125,7 @@ __device__ __forceinline__ float warp_sum_scatter(float (&y)[32], int lane) {
   return v;
 }
 
-enum { MODE_PLAIN = 0, MODE_SILU = 1, MODE_NORM = 2 };
+enum { MODE_PLAIN = 0, MODE_NORM = 2 };
 
 // The 8 input values of token t at chunk k8, in fp32, for the given input mode.
 template <int MODE>
@@ -145,12 +143,6 @@ __device__ __forceinline__ void load_x8(const void* __restrict__ xv, const bf16_
   } else {
     const bf16_t* xt = reinterpret_cast<const bf16_t*>(xv) + (i64)t * x_stride;
     bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(xt) + k8), xf);
-    if (MODE == MODE_SILU) {
-      float uf[8];
-      bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(xt + K) + k8), uf);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) xf[i] = round_bf16(xf[i] / (1.f + __expf(-xf[i])) * uf[i]);
-    }
   }
 }
 
@@ -777,26 +769,16 @@ extern "C" {
   }
 #define GEMV_INST(TM, ROWS)                                  \
   GEMV_KERNEL(gemv##TM##_bf16, TM, ROWS, MODE_PLAIN)         \
-  GEMV_KERNEL(gemv##TM##_silu_bf16, TM, ROWS, MODE_SILU)     \
-  GEMV_KERNEL(gemv##TM##_norm_bf16, TM, ROWS, MODE_NORM)     \
   GEMV_EPI_KERNEL(gemv##TM##_gusilu_bf16, TM, ROWS, OUT_GUSILU) \
   GEMV_EPI_KERNEL(gemv##TM##_resnorm_bf16, TM, ROWS, OUT_RESNORM) \
   GEMV_ROPE_KERNEL(gemv##TM##_qkvrope_bf16, TM, ROWS)        \
-  GEMV_EPI_KERNEL_CH(gemv##TM##_norm_gusilu_bf16, TM, ROWS, MODE_NORM, OUT_GUSILU, 2, GEMV_MINB(TM, 1)) \
   GEMV_NORM_ROPE_KERNEL(gemv##TM##_norm_qkvrope_bf16, TM, ROWS)
 GEMV_INST(1, 4)
-// one-token products with few output rows (N <= 8192: q/k/v, o, down): 2 rows a block, twice the
-// blocks (slower on the H200 than 4 rows: kept for A/B timing, --rows1 2)
-GEMV_KERNEL(gemv1r2_bf16, 1, 2, MODE_PLAIN)
-GEMV_EPI_KERNEL(gemv1r2_resnorm_bf16, 1, 2, OUT_RESNORM)
-GEMV_ROPE_KERNEL(gemv1r2_qkvrope_bf16, 1, 2)
 // one-token products with short rows (K <= 2048: one 16-byte chunk of a row per thread) and many
 // output rows (the 1.5B gate/up and vocabulary projections): 8 rows a block, one chunk of each in
 // flight per thread (twice the bytes in flight a block of the 4-row kernel at that K; any K works)
 GEMV_KERNEL_CH(gemv1r8_bf16, 1, 8, MODE_PLAIN, 1, 3)
 GEMV_EPI_KERNEL_CH(gemv1r8_gusilu_bf16, 1, 8, MODE_PLAIN, OUT_GUSILU, 1, 3)
-GEMV_KERNEL_CH(gemv1r8_norm_bf16, 1, 8, MODE_NORM, 1, 3)
-GEMV_EPI_KERNEL_CH(gemv1r8_norm_gusilu_bf16, 1, 8, MODE_NORM, OUT_GUSILU, 1, 3)
 GEMV_INST(4, 4)
 GEMV_INST(5, 4)
 GEMV_INST(8, 4)
@@ -828,14 +810,10 @@ GEMV_INST(16, 2)
 // bf16 gemv1r8_* at half the blocks), 8 for two (the same sums a thread)
 #define GEMV_I8_INST(TM, BIG, BMINB)                                                                       \
   GEMV_I8_KERNEL(gemv##TM##_i8, TM, 4, MODE_PLAIN, OUT_PLAIN, 2, 4)                                        \
-  GEMV_I8_KERNEL(gemv##TM##_norm_i8, TM, 4, MODE_NORM, OUT_PLAIN, 2, 4)                                    \
   GEMV_I8_KERNEL(gemv##TM##_gusilu_i8, TM, 4, MODE_PLAIN, OUT_GUSILU, 2, 4)                                \
-  GEMV_I8_KERNEL(gemv##TM##_norm_gusilu_i8, TM, 4, MODE_NORM, OUT_GUSILU, 2, 4)                            \
   GEMV_I8_KERNEL(gemv##TM##_resnorm_i8, TM, 4, MODE_PLAIN, OUT_RESNORM, 2, 4)                              \
   GEMV_I8_KERNEL(gemv##TM##r##BIG##_i8, TM, BIG, MODE_PLAIN, OUT_PLAIN, 1, BMINB)                          \
-  GEMV_I8_KERNEL(gemv##TM##r##BIG##_norm_i8, TM, BIG, MODE_NORM, OUT_PLAIN, 1, BMINB)                      \
   GEMV_I8_KERNEL(gemv##TM##r##BIG##_gusilu_i8, TM, BIG, MODE_PLAIN, OUT_GUSILU, 1, BMINB)                  \
-  GEMV_I8_KERNEL(gemv##TM##r##BIG##_norm_gusilu_i8, TM, BIG, MODE_NORM, OUT_GUSILU, 1, BMINB)              \
   GEMV_I8_ROPE_KERNEL(gemv##TM##_qkvrope_i8, TM, MODE_PLAIN)                                               \
   GEMV_I8_ROPE_KERNEL(gemv##TM##_norm_qkvrope_i8, TM, MODE_NORM)
 GEMV_I8_INST(1, 16, 2)

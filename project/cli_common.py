@@ -55,12 +55,6 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="cuda, exact verify: the products of decode and verify steps in our tensor-core GEMV (tc: "
                         "one mma kernel for 1..16 tokens) or our CUDA-core GEMV (ours); both give a verify step "
                         "the decode steps' bits. auto (default): tc on GPUs of compute capability >= 8.0")
-    g.add_argument("--gpu-draft-step", choices=("kernels", "persistent"), default="kernels",
-                   help="cuda: the draft's one- and two-token steps as separate kernels (default: ~6 launches a "
-                        "layer, the faster on the H200 so far) or as one persistent kernel for all layers "
-                        "(kernels/persistent.cu: grid-wide barriers; experimental, 0.956 vs 0.664 ms a 0.5B step, "
-                        "docs/GPU_RESULTS.md round 9). The "
-                        "draft only proposes tokens, so this changes speed and acceptance, never the output")
     g.add_argument("--gpu-draft-gemv", choices=("auto", "ours", "ourstc"), default="auto",
                    help="cuda: the draft's products: ours = our CUDA-core GEMV for every step; ourstc = one-token "
                         "steps in it, steps of 2..16 tokens (a round's first draft step after a full acceptance) in "
@@ -70,7 +64,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="cuda: the draft's one-token steps read bf16 weights or 8-bit copies of every projection and "
                         "of the LM head, one scale a row (kernels/gemv.cu gemv1*_i8; half the bytes: 0.5B step 0.593 "
                         "vs 0.660 ms on the H200, same acceptance on GSM8K); auto (default): int8 where the draft's "
-                        "shapes allow it (sizes multiples of 16) and its steps are separate kernels. The draft only "
+                        "shapes allow it (sizes multiples of 16). The draft only "
                         "proposes tokens, so this changes speed and acceptance, never the output")
     g.add_argument("--gpu-prefill", choices=("eager", "graph"), default="graph",
                    help="cuda: fill the prompt's cache with one captured graph a chunk of 128 tokens, the chunk padded "
@@ -131,11 +125,10 @@ GPU_DEFAULT_EXTEND = (3, 4)  # (gamma, --draft-extend) on the CUDA-graph path: 8
 
 def default_draft_extend(args: argparse.Namespace) -> int:
     """--draft-extend's default: GPU_DEFAULT_EXTEND's on the CUDA-graph path with a draft model whose verify
-    runs on tensor cores (not --gpu-gemv ours: there 8 rows cost 1.05x vs 1.45x) and whose draft steps are
-    separate kernels with a fixed gamma; 0 elsewhere."""
+    runs on tensor cores (not --gpu-gemv ours: there 8 rows cost 1.05x vs 1.45x), with a fixed gamma; 0
+    elsewhere."""
     gpu = graph_decoders(args) and getattr(args, "drafter", "model") == "model"
-    plain = (getattr(args, "gpu_gemv", "auto") != "ours" and getattr(args, "gpu_draft_step", "kernels") != "persistent"
-             and not getattr(args, "adaptive_gamma", False))
+    plain = getattr(args, "gpu_gemv", "auto") != "ours" and not getattr(args, "adaptive_gamma", False)
     return GPU_DEFAULT_EXTEND[1] if gpu and plain else 0
 
 
@@ -207,7 +200,8 @@ class Models:
 
     def make_drafter(self, kind: str, draft_vocab: int | None = None, steps: int | None = None) -> Any:
         """A fresh drafter of the given kind ("model" or "ngram"); draft_vocab overrides --draft-vocab.
-        On the CUDA-graph path the drafter of "model" is the draft decoder itself. With --draft-extend and
+        On the CUDA-graph path the drafter of "model" is a DecoderDrafter over the draft decoder
+        (minitorch/generation/cuda.py). With --draft-extend and
         `steps` (the model's tokens a round; the round's gamma is then steps + draft_extend) the model's
         drafts are continued by prompt lookup."""
         if kind == "ngram":
@@ -215,10 +209,11 @@ class Models:
         if self.draft is None:
             raise UserError("no draft model is loaded (started with --drafter ngram)")
         n = self.draft_vocab if draft_vocab is None else draft_vocab
-        if self.on_gpu_graphs:  # the draft decoder itself; its LM head computes the first n rows for the run
-            self.draft.propose_vocab = n or None
-            self.draft.lookup_steps = steps if self.draft_extend and steps else None
-            return self.draft
+        if self.on_gpu_graphs:  # its LM head computes the first n rows for the run
+            from minitorch.generation.cuda import DecoderDrafter
+
+            return DecoderDrafter(self.draft, propose_vocab=n or None,
+                                  lookup_steps=steps if self.draft_extend and steps else None)
         model = ModelDrafter(self.draft, self.vocab_size, head_vocab=n or None)
         return ExtendedDrafter(model, steps) if self.draft_extend and steps else model
 
@@ -287,8 +282,6 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
     from minitorch import FastBackend
     from minitorch.models import check_compatible, load_model
 
-    if getattr(args, "gpu_draft_weights", "auto") == "int8" and getattr(args, "gpu_draft_step", "") == "persistent":
-        raise UserError("--gpu-draft-weights int8 runs with --gpu-draft-step kernels only")
     require_gpu()
     from minitorch.cuda.decoder import CudaDecoder, int8_unsupported, weights_from_model
 
@@ -299,19 +292,14 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
 
         gemv = "tc" if tensor_cores_supported() else "ours"
 
-    def decoder(name: str, kind: str, persistent: bool = False, int8: str = "bf16") -> tuple[Any, Any]:
+    def decoder(name: str, kind: str, int8: str = "bf16") -> tuple[Any, Any]:
         model, tok = load_model(name, backend=FastBackend, dtype="float32", progress=progress, weights="float32")
         limit = int(getattr(model.config, "max_position_embeddings", 0) or GPU_MAX_LEN)
         kw = dict(max_len=min(limit, GPU_MAX_LEN), gemv=kind,
                   graph_prefill=getattr(args, "gpu_prefill", "graph") == "graph")
         w = weights_from_model(model)
-        if int8 == "int8" or (int8 == "auto" and not persistent and not int8_unsupported(model.config)):
+        if int8 == "int8" or (int8 == "auto" and not int8_unsupported(model.config)):
             kw["int8_weights"] = True
-        if persistent:
-            try:
-                return CudaDecoder(model.config, w, persistent=True, **kw), tok
-            except ValueError as e:  # a shape the persistent kernel does not take
-                raise UserError(f"--gpu-draft-step persistent: {e}") from None
         try:
             return CudaDecoder(model.config, w, **kw), tok
         except ValueError as e:  # a setting this model or GPU cannot run (8-bit rows, tensor cores): one line
@@ -322,18 +310,15 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
     if need_draft if need_draft is not None else args.drafter == "model":
         # the draft's bits never reach the output (the target's verify decides every token), so it runs the
         # fastest kernels at each step size whatever the target's exact mode
-        step = getattr(args, "gpu_draft_step", "kernels")
         int8 = getattr(args, "gpu_draft_weights", "auto")
         dgemv = getattr(args, "gpu_draft_gemv", "auto")
         if gemv == "ours1":
             dgemv = "ours1"
-        elif dgemv == "auto" and step == "persistent":
-            dgemv = "ours"
         elif dgemv == "auto":
             from minitorch.cuda.launch import tensor_cores_supported
 
             dgemv = "ourstc" if tensor_cores_supported() else "ours"
-        draft, draft_tok = decoder(args.draft, dgemv, persistent=step == "persistent", int8=int8)
+        draft, draft_tok = decoder(args.draft, dgemv, int8=int8)
         check_compatible(draft_tok, tok)
     vocab = min(target.V, draft.V if draft is not None else target.V, int(tok.vocab_size))
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab, stop_ids=set(tok.stop_token_ids),

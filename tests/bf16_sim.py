@@ -49,9 +49,7 @@ def forward(cfg: dict, w: dict, ids: list[int], round: Optional[Callable] = None
     resid_acc (T, H) the sum of the magnitudes of everything added into each residual element (|embedding| +
     sum over layers of |attn| @ |W_o|^T + |act| @ |W_down|^T): the accumulation a rounding error scales with.
     only: round just these buffers ("xn", "q", "kv_pre" (k before rope), "k", "v", "att", "act", "xn_final";
-    default all of them):
-    {"k", "v", "xn_final"} is the persistent step (kernels/persistent.cu), which stores only the KV cache and
-    the LM head's input in bf16."""
+    default all of them; {"k", "v", "xn_final"} was the retired persistent step, kernels/NOTES.md)."""
     r0 = round or (lambda x: x)
 
     def r(x: np.ndarray, name: str = "") -> np.ndarray:

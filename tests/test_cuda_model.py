@@ -71,22 +71,22 @@ def test_model_logits_gpu_bf16_vs_cpu():
         assert np.abs(b - a).max() <= 0.05 * np.abs(a).max() + 0.05
 
 
-def decoder_of(cfg_kw, w, max_len=96, max_tokens=16, **kw):
+def decoder_of(cfg_kw, w, max_len=96, max_tokens=16, qkv_epilogue=False, **kw):
+    """A CudaDecoder of the test config. qkv_epilogue: the QKV GEMV reads the norm the down projection's epilogue
+    wrote, as it does for hidden sizes > 2048 (the test models are small: their QKV GEMV normalises its input)."""
     from minitorch.cuda.decoder import CudaDecoder
     from minitorch.models import Qwen2Config
 
-    return CudaDecoder(Qwen2Config(**cfg_kw), w, max_len=max_len, max_tokens=max_tokens, **kw)
+    dec = CudaDecoder(Qwen2Config(**cfg_kw), w, max_len=max_len, max_tokens=max_tokens, **kw)
+    if qkv_epilogue:
+        dec.qkv_norm_in_gemv = False
+    return dec
 
 
-MODES = [dict(gemv="ours1"), dict(gemv="ours"), dict(gemv="cublas"), dict(gemv="ours1", fuse_norm=True),
-         dict(gemv="ours", fuse_norm=True), dict(gemv="ours1", silu="down", norm_epilogue=False, qkv_rope=False),
-         dict(gemv="ours", silu="down", norm_epilogue=False, qkv_rope=False),
-         dict(gemv="ours1", rows1=2), dict(gemv="ours1", rows_big=4, attn="auto"), dict(gemv="cublas", attn="auto"),
-         dict(gemv="ours1", qkv_norm="epilogue"), dict(gemv="ours", qkv_norm="epilogue"), dict(gemv="tc"),
-         dict(gemv="tc", norm_epilogue=False, qkv_rope=False), dict(gemv="ourstc")]
-# the test models are small (hidden <= 256): the default qkv_norm="auto" is "consumer" for them
-MODE_IDS = ["ours1", "ours", "cublas", "ours1-fused", "ours-fused", "ours1-prev", "ours-prev", "ours1-rows2",
-            "ours1-r4-cluster", "cublas-cluster", "ours1-qkvepi", "ours-qkvepi", "tc", "tc-unfused", "ourstc"]
+MODES = [dict(gemv="ours1"), dict(gemv="ours"), dict(gemv="ours1", qkv_epilogue=True),
+         dict(gemv="ours", qkv_epilogue=True), dict(gemv="tc"), dict(gemv="ourstc")]
+# the test models are small (hidden <= 256): their QKV GEMV normalises its own input (qkvepi: as for larger ones)
+MODE_IDS = ["ours1", "ours", "ours1-qkvepi", "ours-qkvepi", "tc", "ourstc"]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
@@ -145,10 +145,7 @@ def test_ourstc_steps_are_ours_for_one_token_and_tc_for_more(i):
     assert not np.array_equal(step(decs["ourstc"], [11, 12])[0], other)  # the two GEMVs' bits do differ
 
 
-EXACT_KW = {"unfused": {}, "fused": dict(fuse_norm=True),
-            "prev": dict(silu="down", norm_epilogue=False, qkv_rope=False), "rows2": dict(rows1=2),
-            "r4-cluster": dict(rows_big=4, attn="auto"), "qkvepi": dict(qkv_norm="epilogue"),
-            "tc": dict(gemv="tc"), "tc-unfused": dict(gemv="tc", norm_epilogue=False, qkv_rope=False)}
+EXACT_KW = {"ours": {}, "qkvepi": dict(qkv_epilogue=True), "tc": dict(gemv="tc")}
 
 
 # long rows (intermediate_size > 8192: the down projection's K runs over many chunks a thread)
@@ -185,40 +182,14 @@ def test_exact_mode_verify_step_equals_decode_steps_bitwise(i, variant):
             np.testing.assert_array_equal(lw["k"][:, :p + m].get(), k[:, :p + m])
 
 
-@pytest.mark.parametrize("gemv", ["ours1", "ours"])
-@pytest.mark.parametrize("i", range(len(EXACT_CONFIGS)))
-def test_decoder_variants_give_identical_bits(i, gemv):
-    """8 rows a block for wide products (rows_big=8) and the one-kernel cluster attention (attn='auto'
-    on sm_90) change no bit of a step: prompt, graph-replayed decode steps, a 5-token verify step and
-    the KV caches all equal those of 4 rows a block and split attention."""
-    _, w = build(EXACT_CONFIGS[i], FastBackend, seed=4)
-    outs = []
-    for kw in (dict(rows_big=4, attn="split"), dict(rows_big=8, attn="auto")):
-        dec = decoder_of(EXACT_CONFIGS[i], w, gemv=gemv, **kw)
-        prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7]
-        first = dec.prefill(prompt)
-        toks = dec.decode(12)
-        dec.set_position(len(prompt) + 3)
-        dec.run([first, 7, 3, 9, 12], all_logits=True, advance=False, graph=True)
-        dec.stream.synchronize()
-        outs.append((first, toks, dec.logits[:5].get().copy(), [lw["k"].get().copy() for lw in dec.layers],
-                     [lw["v"].get().copy() for lw in dec.layers]))
-    (f0, t0, l0, k0, v0), (f1, t1, l1, k1, v1) = outs
-    assert f0 == f1 and t0 == t1
-    np.testing.assert_array_equal(l1, l0)
-    for a, b in zip(k0 + v0, k1 + v1):
-        np.testing.assert_array_equal(b, a)
-
-
 # "ours" modes are exact by construction (test above); "ours1" verifies with cuBLAS, whose summation
 # order differs from our GEMV's: equality then holds only while no near-tie between the top two
 # logits occurs (true for these weights and seeds, not guaranteed in general)
-SPEC_MODES = [dict(gemv="ours"), dict(gemv="ours", fuse_norm=True), dict(gemv="ours1"),
-              dict(gemv="ours", attn="auto", qkv_norm="epilogue"), dict(gemv="tc")]
+SPEC_MODES = [dict(gemv="ours"), dict(gemv="ours1"), dict(gemv="ours", qkv_epilogue=True), dict(gemv="tc")]
 
 
-@pytest.mark.parametrize("mode", SPEC_MODES, ids=["ours-exact", "ours-fused-exact", "ours1-cublas-verify",
-                                                  "ours-exact-cluster-qkvepi", "tc-exact"])
+@pytest.mark.parametrize("mode", SPEC_MODES, ids=["ours-exact", "ours1-cublas-verify", "ours-exact-qkvepi",
+                                                  "tc-exact"])
 @pytest.mark.parametrize("gamma", [1, 4, 7])
 def test_greedy_speculative_equals_greedy_on_gpu(gamma, mode):
     from minitorch.generation.cuda import generate_cuda, speculative_generate_cuda
@@ -249,7 +220,8 @@ BF16_U = 2.0 ** -8  # bf16 spacing relative to the value: a round-to-nearest err
 K0_KAPPA = 2.0  # layer 0's K: xn, the product, + bias, after rope: 4 roundings of at most BF16_U / 2 each
 RESID_KAPPA = 7.5  # final residual of a one-layer model, relative L2 per position, in BF16_U (simulated)
 ONE_LAYER = [dict(CONFIGS[0], num_hidden_layers=1), LONG_K]
-BOUND_MODES = [dict(gemv="ours1"), dict(gemv="ours"), dict(gemv="cublas"), dict(gemv="ours", fuse_norm=True)]
+# (an 8-token step: "ours1" runs it in cuBLAS)
+BOUND_MODES = [dict(gemv="ours1"), dict(gemv="ours"), dict(gemv="ours", qkv_epilogue=True)]
 
 
 def k0_excess(k_dev: np.ndarray, k_ref: np.ndarray, k_acc: np.ndarray) -> float:
@@ -266,7 +238,7 @@ def resid_excess(resid_dev: np.ndarray, resid_ref: np.ndarray) -> float:
     return float(rel.max() / (RESID_KAPPA * BF16_U))
 
 
-@pytest.mark.parametrize("mode", BOUND_MODES, ids=["ours1", "ours", "cublas", "ours-fused"])
+@pytest.mark.parametrize("mode", BOUND_MODES, ids=["ours1-cublas", "ours", "ours-qkvepi"])
 @pytest.mark.parametrize("cfg_kw", CONFIGS + ONE_LAYER, ids=["tied-gqa2", "untied-gqa6", "hd128", "1layer", "long-k"])
 def test_cuda_decoder_k_cache_and_residual_within_bf16_bounds(cfg_kw, mode):
     from bf16_sim import forward

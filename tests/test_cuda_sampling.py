@@ -12,8 +12,8 @@
   cover only the first 3/4 of the tokens (--draft-vocab: q = 0 beyond).
 - The engine: top-k 1 sampling equals greedy decoding (every sampled path of the engine is exercised
   with a deterministic answer), seeds reproduce runs, the first sampled token of speculative runs
-  follows the target's distribution (each with the separate-kernel draft, the persistent draft, a
-  draft proposing among 60 tokens and a draft with an 8-bit LM head), stop tokens cut exactly, the n-gram drafter, and
+  follows the target's distribution (each with the bf16 draft, a draft proposing among 60 tokens, a draft
+  with 8-bit rows, and one continued by prompt lookup), stop tokens cut exactly, the n-gram drafter, and
   run_spec_decoding.py --backend cuda end to end (also with --draft-vocab).
 """
 from __future__ import annotations
@@ -233,12 +233,13 @@ def test_acceptance_emits_target_distributed_tokens(kind, C):
 
 
 # ------------------------------------------------------------------ the engine on small random models
-def pair(mode=None, persistent=False, propose_vocab=None, int8_weights=False, draft_gemv=None, lookup_steps=None):
-    """A target and an unrelated draft (persistent: the draft's steps in kernels/persistent.cu; propose_vocab:
-    the draft proposes among that many first token ids only; int8_weights: its one-token steps on 8-bit rows;
-    draft_gemv: the draft's GEMV instead of the target's; lookup_steps: it drafts that many tokens a round and
-    prompt lookup continues them up to gamma, --draft-extend)."""
+def pair(mode=None, propose_vocab=None, int8_weights=False, draft_gemv=None, lookup_steps=None):
+    """A target decoder and a DecoderDrafter over an unrelated draft (propose_vocab: the draft proposes among
+    that many first token ids only; int8_weights: its one-token steps on 8-bit rows; draft_gemv: the draft's GEMV
+    instead of the target's; lookup_steps: it drafts that many tokens a round and prompt lookup continues them up
+    to gamma, --draft-extend)."""
     from minitorch import FastBackend
+    from minitorch.generation.cuda import DecoderDrafter
     from test_cuda_model import CONFIGS, build, decoder_of
 
     mode = mode or dict(gemv="ours")
@@ -246,17 +247,14 @@ def pair(mode=None, persistent=False, propose_vocab=None, int8_weights=False, dr
     draft_kw = dict(CONFIGS[0], hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
                     num_hidden_layers=1)
     _, wd = build(draft_kw, FastBackend, seed=2)
-    draft = decoder_of(draft_kw, wd, persistent=persistent, int8_weights=int8_weights,
-                       **{**mode, **({"gemv": draft_gemv} if draft_gemv else {})})
-    draft.propose_vocab = propose_vocab
-    draft.lookup_steps = lookup_steps
-    return decoder_of(CONFIGS[0], wt, **mode), draft
+    draft = decoder_of(draft_kw, wd, int8_weights=int8_weights, **{**mode, **({"gemv": draft_gemv} if draft_gemv else {})})
+    return decoder_of(CONFIGS[0], wt, **mode), DecoderDrafter(draft, propose_vocab, lookup_steps)
 
 
 PROMPT = [5, 17, 42, 8, 1, 30]
 
 
-DRAFTS = {"kernels": {}, "persistent-draft": dict(persistent=True), "draft-vocab-60": dict(propose_vocab=60),
+DRAFTS = {"kernels": {}, "draft-vocab-60": dict(propose_vocab=60),
           "int8": dict(int8_weights=True), "ourstc-int8": dict(draft_gemv="ourstc", int8_weights=True),
           "lookup-2": dict(lookup_steps=2)}  # gamma 4: two draft tokens, up to two looked up
 
@@ -296,17 +294,17 @@ def test_sampled_self_speculation_accepts_every_draft():
 
 
 def test_sampled_self_speculation_with_lookup_accepts_every_draft_token():
-    """The target as its own draft, continued by prompt lookup (draft.lookup_steps = 2, gamma 5): every draft
+    """The target as its own draft, continued by prompt lookup (lookup_steps = 2, gamma 5): every draft
     token is accepted (its q rows, read at the slots after a first step of up to 5 tokens, equal p); the looked-
     up ones only where they match. Greedy: the output equals greedy decoding and some looked-up tokens were
     accepted (a repetitive prompt)."""
     from minitorch import FastBackend
-    from minitorch.generation.cuda import generate_cuda, speculative_generate_cuda
+    from minitorch.generation.cuda import DecoderDrafter, generate_cuda, speculative_generate_cuda
     from test_cuda_model import CONFIGS, build, decoder_of
 
     _, w = build(CONFIGS[0], FastBackend, seed=1)
-    target, same = decoder_of(CONFIGS[0], w, gemv="ours"), decoder_of(CONFIGS[0], w, gemv="ours")
-    same.lookup_steps = 2
+    target = decoder_of(CONFIGS[0], w, gemv="ours")
+    same = DecoderDrafter(decoder_of(CONFIGS[0], w, gemv="ours"), lookup_steps=2)
     for cfg in (SamplingConfig(temperature=1.0, seed=3), SamplingConfig(temperature=0.8, top_k=20, top_p=0.9, seed=4)):
         st = speculative_generate_cuda(target, same, PROMPT * 4, 48, cfg, gamma=5).stats
         acc, judged = st["per_position_acceptance"], st["per_position_judged"]
@@ -333,11 +331,11 @@ def test_vocabularies_of_different_sizes():
     assert max(speculative_generate_cuda(target, draft, PROMPT, 40, cfg, gamma=3).tokens) < 90
 
 
-@pytest.mark.parametrize("persistent", [False, True], ids=["kernels", "persistent-draft"])
-def test_seeds_reproduce_sampled_runs_and_stops_cut(persistent):
+@pytest.mark.parametrize("draft_kind", ["kernels", "ourstc-int8"])
+def test_seeds_reproduce_sampled_runs_and_stops_cut(draft_kind):
     from minitorch.generation.cuda import generate_cuda, speculative_generate_cuda
 
-    target, draft = pair(persistent=persistent)
+    target, draft = pair(**DRAFTS[draft_kind])
     cfg = SamplingConfig(temperature=1.0, seed=5)
     a = speculative_generate_cuda(target, draft, PROMPT, 48, cfg, gamma=4)
     b = speculative_generate_cuda(target, draft, PROMPT, 48, cfg, gamma=4)

@@ -4,7 +4,7 @@ decode_advance, ngram_lookup, context_append) are Python ports of kernels/sampli
 kernels/lookup.cu (ngram_lookup's port is lookup_reference, the plain statement of its rule that the GPU test
 tests/test_cuda_lookup.py holds the kernel to; a test here ties it to NGramDrafter). What this checks is the
 engine: positions, the draft's first-step sizes, the draft's share gq of a round and the looked-up tokens of
---draft-extend (CudaDecoder.lookup_steps), the verify graph's inputs. The kernels themselves are tested on
+--draft-extend (DecoderDrafter.lookup_steps), the verify graph's inputs. The kernels themselves are tested on
 the GPU (tests/test_cuda_sampling.py); a port that drifted from them would not be caught here.
 
 The models are lookup tables: the next token is a function of the last two (a deterministic "language"
@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from minitorch.generation.cuda import speculative_generate_cuda
+from minitorch.generation.cuda import DecoderDrafter, speculative_generate_cuda
 
 V = 12
 
@@ -167,7 +167,6 @@ class FakeDecoder:
         self.context, self.context_len = arr(max_len + max_tokens + 2), arr(1, np.int32)
         self.seq = np.zeros(max_len + max_tokens, np.int64)  # the "KV cache": the token at each position
         self.sampling, self.probs, self.rng, self.sample_cluster = None, None, None, 1
-        self.propose_vocab = self.lookup_steps = None
         self.graph_prefill, self.graph_refs, self.steps = False, {}, []
 
     def predict(self, upto):
@@ -224,8 +223,7 @@ PROMPT = [3, 5, 7, 3, 5, 7, 2]
 def test_speculative_with_lookup_equals_greedy(steps, gamma, draft_kind):
     tab = {"same": TARGET, "close": table(2, like=TARGET, noise=0.15), "far": table(3)}[draft_kind]
     target, draft = FakeDecoder(TARGET), FakeDecoder(tab)
-    draft.lookup_steps = steps
-    res = speculative_generate_cuda(target, draft, PROMPT, 60, gamma=gamma)
+    res = speculative_generate_cuda(target, DecoderDrafter(draft, lookup_steps=steps), PROMPT, 60, gamma=gamma)
     assert res.tokens == greedy(TARGET, PROMPT, 60)
     st = res.stats
     assert st["draft_forwards"] <= st["rounds"] * min(steps or gamma, gamma)  # the draft's share of each round
@@ -251,8 +249,7 @@ def test_broken_catch_up_is_detected(monkeypatch):
             dtok[1] = out[1 + n]  # [d_gq, next]: the looked-up tokens never reach the draft
 
     monkeypatch.setattr(Launcher, "spec_accept", forgetful)
-    target, draft = FakeDecoder(TARGET), FakeDecoder(TARGET)
-    draft.lookup_steps = 3
+    target, draft = FakeDecoder(TARGET), DecoderDrafter(FakeDecoder(TARGET), lookup_steps=3)
     monkeypatch.setattr(FakeDecoder, "replay", lambda self, T, all_logits=True, advance=True:
                         self._step(2 if T > 2 else T, all_logits, advance))
     res = speculative_generate_cuda(target, draft, PROMPT, 60, gamma=6)
@@ -265,11 +262,10 @@ def test_capture_speculative_graphs_covers_every_round_shape():
     the draft's longer first steps; a run afterwards is still greedy decoding."""
     from minitorch.generation.cuda import capture_speculative_graphs
 
-    target, draft = FakeDecoder(TARGET), FakeDecoder(TARGET)
-    draft.lookup_steps = 3
+    target, draft = FakeDecoder(TARGET), DecoderDrafter(FakeDecoder(TARGET), lookup_steps=3)
     capture_speculative_graphs(target, draft, PROMPT, 7)
     assert set(target.steps) == set(range(1, 9))  # verify steps of 1..8 rows: 0..7 drafts
-    assert set(range(1, 7)) <= set(draft.steps)  # first steps of up to 7 - 3 + 2 tokens
+    assert set(range(1, 7)) <= set(draft.device.steps)  # first steps of up to 7 - 3 + 2 tokens
     assert speculative_generate_cuda(target, draft, PROMPT, 40, gamma=7).tokens == greedy(TARGET, PROMPT, 40)
 
 
@@ -282,3 +278,16 @@ def test_host_ngram_drafter_equals_greedy():
     res = speculative_generate_cuda(target, NGramDrafter(), PROMPT, 60, gamma=4)
     assert res.tokens == greedy(TARGET, PROMPT, 60)
     assert res.stats["accepted"] > 0
+
+
+def test_bare_draft_decoder_is_a_decoder_drafter_without_lookup():
+    """A draft decoder passed as it is drafts every token of a round over the whole vocabulary (as_gpu_drafter)."""
+    from minitorch.generation.cuda import HostDrafter, as_gpu_drafter
+    from minitorch.generation.drafters import NGramDrafter
+
+    dec = FakeDecoder(TARGET)
+    d = as_gpu_drafter(dec)
+    assert isinstance(d, DecoderDrafter) and d.device is dec and d.lookup_steps is None and d.propose_vocab is None
+    assert as_gpu_drafter(d) is d and isinstance(as_gpu_drafter(NGramDrafter()), HostDrafter)
+    res = speculative_generate_cuda(FakeDecoder(TARGET), dec, PROMPT, 40, gamma=4)
+    assert res.tokens == greedy(TARGET, PROMPT, 40) and res.stats["draft_forwards"] > 0

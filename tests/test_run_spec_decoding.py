@@ -316,7 +316,6 @@ def test_warm_up_runs_every_kernel_the_timed_runs_call(model_folders, monkeypatc
         (["--backend", "cuda", "--draft-extend", "0"], (4, 0)),
         (["--backend", "cuda", "--draft-extend", "2"], (4, 2)),
         (["--backend", "cuda", "--gpu-gemv", "ours"], (4, 0)),  # 8 verify rows are dear in our CUDA-core GEMV
-        (["--backend", "cuda", "--gpu-draft-step", "persistent"], (4, 0)),
         (["--backend", "cuda", "--adaptive-gamma"], (4, 0)),
         (["--backend", "cuda", "--drafter", "ngram"], (4, 0)),
         (["--backend", "cuda", "--dtype", "float32"], (4, 0)),  # not the graph decoders

@@ -348,11 +348,9 @@ SAMPLE_THREADS = 512  # kernels/sampling.cu: threads a block (a row is one clust
 LOOKUP_THREADS = 512  # kernels/lookup.cu: threads of ngram_lookup's one block
 SAMPLE_CLUSTER = 16  # blocks a row on devices with thread-block clusters (sm_90); 1 elsewhere
 
-ATT_CLUSTER_MAX = 16  # splits a cluster may hold (more than 8: the non-portable cluster size, sm_90)
-
 
 def cluster_supported() -> bool:
-    """Whether the device can run attn_cluster_* (thread-block clusters: compute capability >= 9.0)."""
+    """Whether the device runs thread-block clusters and PDL (compute capability >= 9.0)."""
     return int(get_cupy().cuda.Device().compute_capability) >= 90
 
 
@@ -375,12 +373,10 @@ def attn_partial_kernel(sfx: str, D: int, k_strides: Any, v_strides: Any, k_ptr:
     return f"attn_partial_bf16_d{D}" if ok and fast is not False else f"attn_partial_{sfx}"
 
 
-def attention(q: Any, k: Any, v: Any, out: Any, scale: float, q_start: int, cluster: bool = False,
+def attention(q: Any, k: Any, v: Any, out: Any, scale: float, q_start: int,
               kb: Optional[int] = None, fast: Optional[bool] = None) -> None:
     """Causal GQA attention: q (B,Hq,T,D), k/v (B,Hkv,L,D) any strides with d contiguous,
     out (B,Hq,T,D); query t sits at q_start + t and sees keys 0..q_start+t.
-    cluster: one kernel whose splits merge in distributed shared memory (attn_cluster_*, sm_90) instead
-    of attn_partial + attn_combine; the keys per split are then raised until at most 16 splits remain.
     kb: keys per split (a multiple of 32) instead of the automatic choice.
     fast: whether the split path may use the compact kernel (attn_partial_kernel; same bits)."""
     sfx = SFX[_check_dtype(q, ("float32", "bfloat16"), "attention")]
@@ -397,8 +393,6 @@ def attention(q: Any, k: Any, v: Any, out: Any, scale: float, q_start: int, clus
             raise ValueError(f"attention: {name} needs a contiguous last dim")
         if t.dtype != q.dtype:
             raise TypeError(f"attention: {name} dtype {t.dtype} != q dtype {q.dtype}")
-    if cluster and not cluster_supported():
-        raise ValueError("attention: cluster=True needs compute capability >= 9.0")
     G = Hq // Hkv
     groups = math.ceil(G * T / ATT_RMAX)
     kmax = q_start + T
@@ -406,21 +400,11 @@ def attention(q: Any, k: Any, v: Any, out: Any, scale: float, q_start: int, clus
         kb, nsplit = attention_splits(kmax, B * Hkv * groups)
     if kb % 32 or kb < 32:
         raise ValueError(f"attention: keys per split must be a positive multiple of 32, got {kb}")
-    if cluster:
-        kb = max(kb, 32 * math.ceil(kmax / (32 * ATT_CLUSTER_MAX)))
     nsplit = max(1, math.ceil(kmax / kb))
     i64 = np.int64
     qkv_args = (i64(q.strides[0]), i64(q.strides[1]), i64(q.strides[2]), i64(k.strides[0]), i64(k.strides[1]),
                 i64(k.strides[2]), i64(v.strides[0]), i64(v.strides[1]), i64(v.strides[2]))
     tail = (np.int32(Hq), np.int32(Hkv), np.int32(T), np.int32(D), np.int32(L), np.int32(kb), np.float32(scale))
-    if cluster:
-        from .pdl import PdlLauncher
-
-        PdlLauncher(kernels(), pdl=False).launch(
-            f"attn_cluster_{sfx}", (nsplit, B * Hkv, groups), (128,),
-            (ptr(q), ptr(k), ptr(v), ptr(out), np.uint64(0), np.int32(q_start)) + qkv_args
-            + (i64(out.strides[0]), i64(out.strides[1]), i64(out.strides[2])) + tail, cluster=(nsplit, 1, 1))
-        return
     cp = get_cupy()
     rows = B * Hq * T
     ws_m = cp.empty(rows * nsplit, dtype=cp.float32)

@@ -8,9 +8,7 @@ GEMVs prefetch their (constant) weights into L2 before that wait, so the weight 
 previous kernel's tail and the launch gap. Kernels outside the list launch the ordinary way.
 Works inside CUDA-graph stream capture (CUDA >= 12.3 turns it into programmatic graph edges).
 The same launcher starts thread-block clusters (the cluster-dimension launch attribute, sm_90):
-attn_cluster_bf16 merges its attention splits through distributed shared memory; and cooperative
-kernels (the cooperative attribute: the driver refuses a grid that cannot be resident at once), which
-the persistent step (kernels/persistent.cu) needs for its grid-wide barriers.
+sample_f32 and spec_accept share one row's work among a cluster's blocks (kernels/sampling.cu).
 """
 from __future__ import annotations
 
@@ -24,11 +22,10 @@ from .runtime import KernelLibrary, get_cupy
 # kernels that call pdl_wait() before any dependent memory access (the GEMVs: every gemv* name)
 PDL_KERNELS = frozenset({
     "embedding_bf16_f32", "add_rmsnorm_bf16", "qkv_rope_append_bf16", "qkv_rope_append_il_bf16",
-    "attn_partial_bf16", "attn_partial_bf16_d64", "attn_partial_bf16_d128", "attn_combine_bf16", "attn_cluster_bf16",
+    "attn_partial_bf16", "attn_partial_bf16_d64", "attn_partial_bf16_d128", "attn_combine_bf16",
     "gate_up_silu_bf16", "gate_up_silu_il_bf16", "argmax_partial_f32", "argmax_final", "decode_advance",
 })
-_ATTR_COOPERATIVE = 2  # CUlaunchAttributeID (cuda.h)
-_ATTR_CLUSTER_DIMENSION = 4
+_ATTR_CLUSTER_DIMENSION = 4  # CUlaunchAttributeID (cuda.h)
 _ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute (cuda.h)
 _FUNC_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
@@ -93,12 +90,11 @@ class PdlLauncher:
         return getattr(self.lib, name)
 
     def launch(self, name: str, grid: Tuple[int, ...], block: Tuple[int, ...], args: Tuple[Any, ...],
-               shared_mem: int = 0, cluster: Optional[Tuple[int, ...]] = None, cooperative: bool = False) -> None:
-        """Launch `name` (with PDL when it is a PDL kernel, as clusters when `cluster` is given, as a
-        cooperative grid when `cooperative`) on CuPy's current stream. Dynamic shared memory above
-        48 KB is opted into per kernel."""
+               shared_mem: int = 0, cluster: Optional[Tuple[int, ...]] = None) -> None:
+        """Launch `name` (with PDL when it is a PDL kernel, as clusters when `cluster` is given) on CuPy's
+        current stream. Dynamic shared memory above 48 KB is opted into per kernel."""
         use_pdl = self.pdl and (name in PDL_KERNELS or name.startswith("gemv"))
-        if not use_pdl and cluster is None and not cooperative and shared_mem <= 48 * 1024:
+        if not use_pdl and cluster is None and shared_mem <= 48 * 1024:
             self.lib.launch(name, grid, block, args, shared_mem)
             return
         fn = self.lib.get(name)
@@ -109,12 +105,8 @@ class PdlLauncher:
                 raise RuntimeError(f"cuFuncSetAttribute({name}, {shared_mem} bytes of dynamic shared memory) failed: "
                                    f"CUresult {rc}")
             self._smem_set[name] = int(shared_mem)
-        attrs = (_LaunchAttr * 3)()
+        attrs = (_LaunchAttr * 2)()
         n = 0
-        if cooperative:
-            attrs[n].id = _ATTR_COOPERATIVE
-            attrs[n].value[0] = 1
-            n += 1
         if use_pdl:
             attrs[n].id = _ATTR_PROGRAMMATIC_STREAM_SERIALIZATION
             attrs[n].value[0] = 1

@@ -30,10 +30,9 @@ KERNEL_FILES: Dict[str, str] = {
     "embedding_": "embedding",
     "silu_mul_": "activation", "gate_up_silu_": "activation",
     "decode_advance": "decode", "set_pos": "decode",
-    "persist": "persistent",
     "sample_f32": "sampling", "spec_accept": "sampling", "gather_drafts": "sampling",
     "ngram_lookup": "lookup", "context_append": "lookup",
-    "gemv1_": "gemv", "gemv1r2_": "gemv", "gemv1r8_": "gemv", "gemv1r16_": "gemv", "gemv2_": "gemv", "gemv2r8_": "gemv", "gemv4_": "gemv", "gemv5_": "gemv", "gemv8_": "gemv", "gemv16_": "gemv", "gemvtc8_": "gemv", "gemvtc8w_": "gemv", "gemvtc16_": "gemv", "gemvtc16w_": "gemv",
+    "gemv1_": "gemv", "gemv1r8_": "gemv", "gemv1r16_": "gemv", "gemv2_": "gemv", "gemv2r8_": "gemv", "gemv4_": "gemv", "gemv5_": "gemv", "gemv8_": "gemv", "gemv16_": "gemv", "gemvtc8_": "gemv", "gemvtc8w_": "gemv", "gemvtc16_": "gemv", "gemvtc16w_": "gemv",
 }
 
 

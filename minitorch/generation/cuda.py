@@ -8,8 +8,8 @@ the same statistics. One speculative round is:
 
     draft:   gamma replays of the draft's one-token graph (its first step feeds [d_gamma, bonus] after a
              fully accepted round: two tokens), each ending in the draft's argmax or sampled token and,
-             when sampling, its probability row q kept in a ring. With draft.lookup_steps (--draft-extend)
-             the draft makes that many and prompt lookup continues them up to gamma, on the device
+             when sampling, its probability row q kept in a ring. With lookup_steps (--draft-extend) the
+             draft makes that many and prompt lookup continues them up to gamma, on the device
              (kernels/lookup.cu, over the target's copy of the run's tokens); the looked-up tokens are point
              masses to the acceptance rule, and after a round that accepted them the draft's first step
              feeds [its last token, the accepted looked-up ones, bonus]
@@ -21,11 +21,16 @@ the same statistics. One speculative round is:
     read:    [n_accepted, d_1..d_n, next] back to the host: the round's only synchronisation
 
 Both decoders share one stream, so the verify step follows the draft steps without the host waiting.
-With the n-gram drafter the host writes the proposed tokens into the target's input instead, and the
-acceptance rule treats them as point masses (q = 1 at the proposed token).
+With a host drafter (NGramDrafter, anything with `propose`) the host writes the proposed tokens into the
+target's input instead, and the acceptance rule treats them as point masses (q = 1 at the proposed token).
+
+Drafters on this path share one protocol, `GpuDrafter` (below): `DecoderDrafter(decoder, propose_vocab,
+lookup_steps)` is the draft model (a CudaDecoder; --draft-vocab, --draft-extend), `HostDrafter(drafter)` any
+host drafter (prompt lookup). A new drafter (a trained head on the device) implements the same five methods;
+speculative_generate_cuda never asks which kind it drives.
 
 Exactness: greedy speculative output equals greedy autoregressive output when the verify step computes
-the decode steps' logits bit for bit (CudaDecoder(gemv="ours")); the faster default "ours1" verifies with
+the decode steps' logits bit for bit (CudaDecoder(gemv="tc" or "ours")); "ours1" (--fast-verify) verifies with
 cuBLAS, where a near-tie between two logits can resolve differently (minitorch/cuda/decoder.py). Sampled
 runs follow the same acceptance rule as the CPU engine with the device's counter-based generator, so a
 seed reproduces a GPU run, not the CPU run's tokens.
@@ -126,6 +131,106 @@ def generate_cuda(dec: Any, prompt_ids: Sequence[int], max_new_tokens: int, cfg:
     return autoregressive_result(out, stops, forwards, timer, time.perf_counter() - t0)  # sampling: on the device
 
 
+class GpuDrafter:
+    """What speculative_generate_cuda drives. `device` is the draft CudaDecoder whose drafts the verify graph
+    gathers (its history) and whose q rows the acceptance test reads, or None when the drafts are written into
+    the target's input by the host (point masses); `lookup_steps`: the drafter's own tokens a round, continued
+    by prompt lookup in the verify graph up to the round's gamma (None: no lookup)."""
+
+    device: Any = None
+    lookup_steps: int | None = None
+
+    def check(self, target: Any, prompt: list[int], max_new_tokens: int, limit: int) -> None:
+        """Refuse a request this drafter cannot serve (limit: the largest gamma of the run)."""
+
+    def prepare(self, target: Any, vocab: int, cfg: SamplingConfig) -> None:
+        """Before the prefill: the shared vocabulary, the sampling settings."""
+
+    def prefill(self, prompt: list[int], max_new_tokens: int, vocab: int) -> None:
+        """Take the prompt (the target's cache is being filled meanwhile, on the same stream)."""
+
+    def draft(self, target: Any, g: int, first_T: int, cfg: SamplingConfig) -> tuple[int, int]:
+        """Enqueue (or write) a round's drafts; returns (g, gq): the round's drafts and how many are the drafter's
+        own (the rest, g - gq, prompt lookup adds in the verify graph)."""
+        raise NotImplementedError
+
+    def emitted(self, tokens: list[int]) -> None:
+        """The tokens a round emitted (accepted drafts, then the correction or bonus)."""
+
+
+class DecoderDrafter(GpuDrafter):
+    """The draft model on the device: a CudaDecoder replaying its one-token graphs on the target's stream.
+    propose_vocab: propose among the first n token ids only (its LM head computes that slice; --draft-vocab);
+    lookup_steps: its tokens a round, continued by prompt lookup (--draft-extend)."""
+
+    def __init__(self, decoder: Any, propose_vocab: int | None = None, lookup_steps: int | None = None) -> None:
+        self.device = decoder
+        self.propose_vocab = propose_vocab or None
+        self.lookup_steps = lookup_steps or None
+
+    def check(self, target: Any, prompt: list[int], max_new_tokens: int, limit: int) -> None:
+        dec, steps = self.device, self.lookup_steps
+        _check(dec, prompt, max_new_tokens, limit + 2)
+        # its first step feeds [its last draft, the accepted looked-up tokens, next]; its ring of q rows holds
+        # a round's drafts
+        if dec.max_tokens < max(2 + (max(limit - steps, 0) if steps else 0), limit):
+            raise ValueError("the draft decoder's max_tokens is too small for this gamma")
+        dec.share_stream(target)
+
+    def prepare(self, target: Any, vocab: int, cfg: SamplingConfig) -> None:
+        # the draft may propose among fewer tokens (propose_vocab): q = 0 beyond them
+        self.device.limit_vocab(min(vocab, self.device.V, self.propose_vocab or vocab))
+        _set_sampling(self.device, cfg, _DRAFT_STREAM)
+
+    def prefill(self, prompt: list[int], max_new_tokens: int, vocab: int) -> None:
+        _prefill_all_but_last(self.device, prompt)
+
+    def draft(self, target: Any, g: int, first_T: int, cfg: SamplingConfig) -> tuple[int, int]:
+        gq = min(g, self.lookup_steps) if self.lookup_steps else g
+        if gq > 0:
+            self.device.replay(first_T, all_logits=False, advance=True)
+            for _ in range(gq - 1):
+                self.device.replay(1, all_logits=False, advance=True)
+        return g, gq
+
+
+class HostDrafter(GpuDrafter):
+    """A host drafter (NGramDrafter, or anything with start / propose): its tokens are written into the target's
+    input before the verify graph, as point masses."""
+
+    def __init__(self, drafter: Any) -> None:
+        self.drafter = drafter
+        self.context: list[int] = []
+        self.rng: Any = None
+
+    def prefill(self, prompt: list[int], max_new_tokens: int, vocab: int) -> None:
+        self.drafter.start(prompt, len(prompt) + max_new_tokens, vocab)
+        self.context = list(prompt)
+
+    def prepare(self, target: Any, vocab: int, cfg: SamplingConfig) -> None:
+        self.rng = cfg.make_rng()  # only for the host drafter's propose() signature
+
+    def draft(self, target: Any, g: int, first_T: int, cfg: SamplingConfig) -> tuple[int, int]:
+        if g <= 0:
+            return g, g
+        drafts, _ = self.drafter.propose(self.context, g, cfg, self.rng)
+        if drafts:
+            with target.stream:
+                target.tokens[1:1 + len(drafts)].set(np.asarray(drafts, np.int64), stream=target.stream)
+        return len(drafts), len(drafts)
+
+    def emitted(self, tokens: list[int]) -> None:
+        self.context.extend(tokens)
+
+
+def as_gpu_drafter(drafter: Any) -> GpuDrafter:
+    """A GpuDrafter as it is; a host drafter (has `propose`) -> HostDrafter; a draft CudaDecoder ->
+    DecoderDrafter over the whole shared vocabulary, without lookup."""
+    if isinstance(drafter, GpuDrafter):
+        return drafter
+    return HostDrafter(drafter) if hasattr(drafter, "propose") else DecoderDrafter(drafter)
+
+
 def _gather(target: Any, draft: Any, gq: int) -> None:
     """The draft decoder's gq newest tokens into the target's input after the pending token."""
     target.k.launch("gather_drafts", (1,), (128,), (target.tokens, draft.history, draft.pos, np.int32(gq)))
@@ -165,17 +270,20 @@ def _verify(target: Any, draft: Any, g: int, gq: int, lookup: bool) -> None:
                   kernel_names=("gather_drafts", "spec_accept", "ngram_lookup", "context_append"))
 
 
-def capture_speculative_graphs(target: Any, draft: Any, prompt_ids: Sequence[int], gamma: int,
+def capture_speculative_graphs(target: Any, drafter: Any, prompt_ids: Sequence[int], gamma: int,
                                cfg: SamplingConfig | None = None, vocab_size: int | None = None) -> None:
-    """Capture every graph a speculative run of this gamma (and the draft's lookup_steps) can replay, so that
+    """Capture every graph a speculative run of this gamma (and the drafter's lookup_steps) can replay, so that
     none is captured inside a timed run: a short run of each length 1..gamma + 1 (its one round verifies
     0..gamma drafts: a run's last rounds draft fewer) and the draft decoder's first steps of 2..gamma - steps
     + 2 tokens (after a round that accepted its tokens and looked-up ones; 2 without lookup). A verify graph's capture costs milliseconds: in a
     128-token run that is a large share of the time. Leaves both decoders' caches to be refilled (the next
     run prefills anew)."""
+    drafter = as_gpu_drafter(drafter)
     for m in range(1, gamma + 2):
-        speculative_generate_cuda(target, draft, prompt_ids, m, cfg, gamma=gamma, vocab_size=vocab_size)
-    steps = draft.lookup_steps
+        speculative_generate_cuda(target, drafter, prompt_ids, m, cfg, gamma=gamma, vocab_size=vocab_size)
+    draft, steps = drafter.device, drafter.lookup_steps
+    if draft is None:  # a host drafter: no draft graphs
+        return
     draft.set_position(0)
     for T in range(2, min((max(gamma - steps, 0) if steps else 0) + 2, draft.max_tokens) + 1):
         draft.replay(T, all_logits=False, advance=True)
@@ -186,15 +294,15 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
                               cfg: SamplingConfig | None = None, stop_ids: Iterable[int] | None = None,
                               gamma: int = 4, adaptive_gamma: bool = False, vocab_size: int | None = None,
                               on_tokens: TokenCallback | None = None) -> GenerationResult:
-    """Speculative generation with a CudaDecoder target and a CudaDecoder draft or a host drafter
-    (NGramDrafter: anything with `propose`). Output follows the target exactly (module docstring).
+    """Speculative generation with a CudaDecoder target and a GpuDrafter (a bare draft CudaDecoder or host
+    drafter is wrapped by as_gpu_drafter). Output follows the target exactly (module docstring).
     vocab_size: candidate tokens are the first vocab_size logits (default: the shared vocabulary, the
-    smaller of the two decoders' logit counts; checkpoints often pad theirs differently). A draft decoder
-    whose propose_vocab is set proposes among that many first token ids only (its LM head computes that
-    slice; the target still chooses among all of them). A draft decoder whose lookup_steps is set drafts
-    that many tokens a round and prompt lookup continues them up to gamma inside the verify graph
-    (--draft-extend; kernels/lookup.cu: NGramDrafter's rule over the context and those drafts, copying on
-    where NGramDrafter would propose fewer, so every round verifies gamma drafts)."""
+    smaller of the two decoders' logit counts; checkpoints often pad theirs differently). A DecoderDrafter's
+    propose_vocab limits its proposals to that many first token ids (its LM head computes that slice; the
+    target still chooses among all of them); its lookup_steps: it drafts that many tokens a round and prompt
+    lookup continues them up to gamma inside the verify graph (--draft-extend; kernels/lookup.cu:
+    NGramDrafter's rule over the context and those drafts, copying on where NGramDrafter would propose fewer,
+    so every round verifies gamma drafts)."""
     cfg = cfg or SamplingConfig()
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma (draft length) must be an integer >= 1, got {gamma!r}")
@@ -202,59 +310,36 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         raise ValueError(f"gamma must be at most {target.max_tokens - 1} (the target decoder's max_tokens - 1)")
     limit = max(gamma, min(target.max_tokens - 1, MAX_ADAPTIVE_GAMMA)) if adaptive_gamma else gamma  # largest draft
     prompt = [int(t) for t in prompt_ids]
-    draft = None if hasattr(drafter, "propose") else drafter
+    drafter = as_gpu_drafter(drafter)
+    draft = drafter.device  # the draft decoder whose drafts and q rows the verify graph reads (None: host)
+    steps = drafter.lookup_steps  # --draft-extend: the drafter's tokens a round (prompt lookup continues them)
     _check(target, prompt, max_new_tokens, limit + 1)
-    # --draft-extend: the draft decoder's tokens a round (prompt lookup continues them); None: all of them
-    steps = getattr(draft, "lookup_steps", None) if draft is not None else None
-    if draft is not None:
-        _check(draft, prompt, max_new_tokens, limit + 2)
-        # its first step feeds [its last draft, the accepted looked-up tokens, next]; its ring of q rows holds
-        # a round's drafts
-        if draft.max_tokens < max(2 + (max(limit - steps, 0) if steps else 0), limit):
-            raise ValueError("the draft decoder's max_tokens is too small for this gamma")
-        draft.share_stream(target)
+    drafter.check(target, prompt, max_new_tokens, limit)
     stops = set(int(s) for s in (stop_ids or ()))
     vocab = min(target.V, draft.V if draft is not None else target.V, int(vocab_size or target.V))
     target.limit_vocab(vocab)
-    if draft is not None:  # the draft may propose among fewer tokens (its propose_vocab): q = 0 beyond them
-        draft.limit_vocab(min(vocab, draft.propose_vocab or vocab))
     cp, stream = target.cp, target.stream
     _set_sampling(target, cfg, 0)
-    if draft is not None:
-        _set_sampling(draft, cfg, _DRAFT_STREAM)
+    drafter.prepare(target, vocab, cfg)
     st = SpecStats()
     t0 = time.perf_counter()
     with st.timer("prefill"):
         _prefill_all_but_last(target, prompt)
-        if draft is not None:
-            _prefill_all_but_last(draft, prompt)
-        else:
-            drafter.start(prompt, len(prompt) + max_new_tokens, vocab)
+        drafter.prefill(prompt, max_new_tokens, vocab)
         stream.synchronize()
     if steps:  # the context prompt lookup searches (kernels/lookup.cu), grown on the device each round
         with stream:
             target.context[:len(prompt)].set(np.asarray(prompt, np.int64), stream=stream)
             target.context_len.set(np.asarray([len(prompt)], np.int32), stream=stream)
     events = [cp.cuda.Event() for _ in range(3)]
-    context = list(prompt) if draft is None else None  # what a host drafter proposes from
     out: list[int] = []
     g_now, first_T, done = gamma, 1, False
-    rng = cfg.make_rng()  # only for a host drafter's propose() signature
     while not done:
         g = min(g_now, max_new_tokens - len(out) - 1)  # a round emits at most g + 1 tokens
-        gq = min(g, steps) if steps else g  # the draft decoder's tokens of the round
         events[0].record(stream)
-        if draft is not None and gq > 0:
-            draft.replay(first_T, all_logits=False, advance=True)
-            for _ in range(gq - 1):
-                draft.replay(1, all_logits=False, advance=True)
-            st.draft_forwards += gq
-        if draft is None and g > 0:
-            drafts, _ = drafter.propose(context, g, cfg, rng)
-            g = gq = len(drafts)
-            if g:
-                with stream:
-                    target.tokens[1:1 + g].set(np.asarray(drafts, np.int64), stream=stream)
+        g, gq = drafter.draft(target, g, first_T, cfg)  # gq: the drafter's own tokens of the round
+        if draft is not None:
+            st.draft_forwards += max(gq, 0)
         events[1].record(stream)
         _verify(target, draft, g, gq, lookup=bool(steps))
         events[2].record(stream)
@@ -265,8 +350,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         n_emit, done = emit([int(t) for t in res[1:n + 2]], out, max_new_tokens, stops)
         from_drafts = min(n_emit, n)
         st.record_round(g, n, from_drafts, n_emit - from_drafts)
-        if context is not None:
-            context.extend(out[len(out) - n_emit:])
+        drafter.emitted(out[len(out) - n_emit:])
         if on_tokens is not None:
             on_tokens(out[len(out) - n_emit:])
         first_T = n - gq + 2 if n >= gq else 1  # the draft feeds [d_gq, accepted lookups, next] or [next]

@@ -171,11 +171,8 @@ def bench_ours(name: str, cfg: Any, args: argparse.Namespace, bw: float) -> Dict
     w = random_weights(cfg, seed=0) if args.model is None else args.weights
     gemv = args.draft_gemv if is_draft and args.draft_gemv else args.gemv
     dec = CudaDecoder(cfg, w, max_len=max_len, max_tokens=max(args.prompt, 9), gemv=gemv,
-                      fuse_norm=args.fuse_norm, pdl={"auto": None, "on": True, "off": False}[args.pdl],
-                      silu=args.silu, norm_epilogue=args.norm_epilogue == "on", qkv_rope=args.qkv_rope == "on",
-                      rows1=args.rows1, rows_big=args.rows_big, attn=args.attn, qkv_norm=args.qkv_norm,
-                      attn_kb=args.attn_kb, tc_wide=args.tc_wide == "on",
-                      persistent=for_this(args.persistent), int8_weights=for_this(args.int8))
+                      pdl={"auto": None, "on": True, "off": False}[args.pdl], attn_kb=args.attn_kb,
+                      int8_weights=for_this(args.int8))
     del w
     cp.get_default_memory_pool().free_all_blocks()
     setup = time.perf_counter() - t0
@@ -409,44 +406,18 @@ def main(argv: List[str] | None = None) -> int:
                          "ones (--draft-extend), accepted at round 11's measured GSM8K rates (default 0: off)")
     ap.add_argument("--sampling", action="store_true",
                     help="also time decoding with sampling on the device (temperature 1; 0.7 + top-p 0.9; top-k 50)")
-    ap.add_argument("--gemv", choices=["ours", "ours1", "cublas", "tc"], default="ours1",
+    ap.add_argument("--gemv", choices=["ours", "ours1", "tc"], default="ours1",
                     help="products of decode/verify steps: our bf16 GEMV for one-token steps and cuBLAS "
-                         "for verify steps (ours1, default), ours for steps of <= 16 tokens (ours), our "
-                         "tensor-core GEMV for steps of <= 16 tokens (tc; exact like ours), or cuBLAS everywhere")
-    ap.add_argument("--draft-gemv", choices=["ours", "ours1", "cublas", "tc", "ourstc"], default=None,
+                         "for verify steps (ours1, default; the CLI's --fast-verify), ours for steps of <= 16 "
+                         "tokens (ours; the CLI's --gpu-gemv ours), our tensor-core GEMV for steps of <= 16 tokens "
+                         "(tc; exact like ours; the CLI's target default)")
+    ap.add_argument("--draft-gemv", choices=["ours", "ours1", "tc", "ourstc"], default=None,
                     help="--spec: the draft's GEMV (default: --gemv's); ourstc = one-token steps in ours, 2..16 "
                          "tokens in tc (the CLI's draft on tensor-core GPUs)")
-    ap.add_argument("--tc-wide", choices=["on", "off"], default="on",
-                    help="--gemv tc: 16 output rows a block for products of more than 8192 outputs (default on)")
     which, which_help = ["off", "on", "draft"], ": off (default), on (every model), draft (only --spec's draft)"
-    ap.add_argument("--persistent", choices=which, default="off",
-                    help="steps of 1-2 tokens run every layer in one cooperative kernel (kernels/persistent.cu)" + which_help)
     ap.add_argument("--int8", choices=which, default="off",
                     help="one-token steps read 8-bit copies of every projection's rows and the LM head "
                          "(CudaDecoder(int8_weights=True), kernels/gemv.cu gemv1*_i8)" + which_help)
-    ap.add_argument("--fuse-norm", action="store_true",
-                    help="compute RMSNorm inside every GEMV that reads a normalised input (QKV, gate/up, LM head) "
-                         "instead of in the previous projection's last block")
-    ap.add_argument("--silu", choices=["gateup", "down"], default="gateup",
-                    help="where one-token (our-GEMV) steps compute SwiGLU: in the gate/up GEMV's epilogue, "
-                         "interleaved weight rows (gateup, default), or in every block of the down GEMV (down)")
-    ap.add_argument("--norm-epilogue", choices=["on", "off"], default="on",
-                    help="our O / down GEMVs compute the next RMSNorm in their last block (on, default) "
-                         "or a separate add_rmsnorm kernel runs (off)")
-    ap.add_argument("--qkv-rope", choices=["on", "off"], default="on",
-                    help="our QKV GEMV applies rope and appends K/V in its epilogue (on, default) or a separate "
-                         "qkv_rope_append kernel runs (off)")
-    ap.add_argument("--rows1", type=int, choices=[2, 4], default=4,
-                    help="output rows a block of one-token products with N <= 8192 (default 4)")
-    ap.add_argument("--rows-big", type=int, choices=[4, 8], default=8,
-                    help="output rows a block of one-token products with N > 8192 and K <= 2048 (default 8)")
-    ap.add_argument("--qkv-norm", choices=["epilogue", "consumer", "auto"], default="auto",
-                    help="who computes the QKV GEMV's RMSNorm: the previous down projection's last block "
-                         "(epilogue), the QKV GEMV itself from the residual stream (consumer), or consumer "
-                         "for hidden sizes <= 2048 (auto, default)")
-    ap.add_argument("--attn", choices=["split", "cluster", "auto"], default="split",
-                    help="attention: partial + combine kernels (split, default), one kernel merging its splits "
-                         "in distributed shared memory (cluster, sm_90, max_len <= 512), or cluster where possible (auto)")
     ap.add_argument("--pdl", choices=["auto", "on", "off"], default="auto",
                     help="programmatic dependent launch (each kernel's start overlaps the previous one's tail): "
                          "auto = on for compute capability >= 9.0 (default)")
@@ -495,10 +466,8 @@ def main(argv: List[str] | None = None) -> int:
     dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     bw = copy_bandwidth(cp)
     print(f"device {dev}; measured copy bandwidth {bw / 1e9:.0f} GB/s; prompt {args.prompt}, new {args.new}, "
-          f"greedy, bf16, gemv={args.gemv}, fuse_norm={args.fuse_norm}, pdl={args.pdl}, silu={args.silu}, "
-          f"norm_epilogue={args.norm_epilogue}, qkv_rope={args.qkv_rope}, rows1={args.rows1}, "
-          f"rows_big={args.rows_big}, attn={args.attn}, qkv_norm={args.qkv_norm}, persistent={args.persistent}, "
-          f"int8={args.int8}, draft_gemv={args.draft_gemv or args.gemv}; "
+          f"greedy, bf16, gemv={args.gemv}, pdl={args.pdl}, int8={args.int8}, "
+          f"draft_gemv={args.draft_gemv or args.gemv}; "
           f"kernels from {BUILD_DIR}")
     results: Dict[str, Any] = dict(device=dev, copy_bw=bw, shapes={})
     decs = {}

@@ -18,7 +18,7 @@ from .data import Tokenizer
 from .runner import GenerateFn, RoundLog, round_log_stats
 
 # --backend cuda flags that change speed (fast_verify also how a near-tie resolves), stored with the results
-GPU_KNOBS = ("fast_verify", "gpu_gemv", "gpu_draft_gemv", "gpu_draft_step", "gpu_draft_weights", "gpu_prefill")
+GPU_KNOBS = ("fast_verify", "gpu_gemv", "gpu_draft_gemv", "gpu_draft_weights", "gpu_prefill")
 
 
 @dataclass
