@@ -39,8 +39,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help=f"target model: registry name, HF model folder or GGUF file (default {DEFAULT_TARGET})")
     g.add_argument("--draft", default=DEFAULT_DRAFT,
                    help=f"draft model for --drafter model: registry name, folder or GGUF file (default {DEFAULT_DRAFT})")
-    g.add_argument("--drafter", choices=("model", "ngram"), default="model",
-                   help="who proposes tokens: the draft model, or prompt lookup (n-gram match, no second model)")
+    g.add_argument("--drafter", choices=("model", "ngram", "head"), default="model",
+                   help="who proposes tokens: the draft model, prompt lookup (n-gram match, no second model), or a "
+                   "draft head trained for the target (project/train_draft_head.py; CPU engine)")
+    g.add_argument("--head", default=None, metavar="DIR",
+                   help="the draft head's folder for --drafter head (default: the cache's head for this target)")
     g.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
                    help="where the models run: cpu (numba) or cuda (our kernels; needs a GPU and CuPy)")
     g.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
@@ -196,6 +199,7 @@ class Models:
     load_seconds: float
     draft_vocab: int = 0  # --draft-vocab (0: the whole shared vocabulary)
     draft_extend: int = 0  # --draft-extend: prompt-lookup tokens after the model's
+    head: Any = None  # a DraftHead for --drafter head
     on_gpu_graphs: bool = False  # target and draft are CudaDecoders (minitorch/generation/cuda.py runs them)
 
     def make_drafter(self, kind: str, draft_vocab: int | None = None, steps: int | None = None) -> Any:
@@ -206,6 +210,12 @@ class Models:
         drafts are continued by prompt lookup."""
         if kind == "ngram":
             return NGramDrafter()
+        if kind == "head":
+            if self.head is None:
+                raise UserError("no draft head is loaded (start with --drafter head)")
+            from minitorch.generation.head_drafter import HeadDrafter
+
+            return HeadDrafter(self.head, self.target)
         if self.draft is None:
             raise UserError("no draft model is loaded (started with --drafter ngram)")
         n = self.draft_vocab if draft_vocab is None else draft_vocab
@@ -242,6 +252,9 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
     from minitorch.models import check_compatible, load_model
 
     if graph_decoders(args):
+        if getattr(args, "drafter", "model") == "head":
+            raise UserError("--drafter head runs on the CPU engine (--backend cpu, or --backend cuda --dtype float32): "
+                            "the CUDA-graph path has no head drafter yet")
         return load_gpu_decoders(args, need_draft, progress)
     backend = get_backend(args.backend)
     t0 = time.perf_counter()
@@ -255,9 +268,27 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
                                       requantize=draft_requantize(args, backend, weights, progress))
         check_compatible(draft_tok, tok)
         vocab = min(vocab, int(draft.config.vocab_size), int(draft_tok.vocab_size))
+    head = load_head_for(args, target) if getattr(args, "drafter", "model") == "head" else None
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab,
                   stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0,
-                  draft_vocab=getattr(args, "draft_vocab", 0), draft_extend=getattr(args, "draft_extend", 0))
+                  draft_vocab=getattr(args, "draft_vocab", 0), draft_extend=getattr(args, "draft_extend", 0),
+                  head=head)
+
+
+def default_head_dir(target: Any) -> Any:
+    """Where project/train_draft_head.py saves a head for this target by default: the cache's heads/<fingerprint>."""
+    from minitorch.models import cache_root
+    from minitorch.models.draft_head import target_fingerprint
+
+    return cache_root() / "heads" / target_fingerprint(target)
+
+
+def load_head_for(args: argparse.Namespace, target: Any) -> Any:
+    """--head DIR, else the cache's head for the target; missing, corrupt or another target's: one clear line."""
+    from minitorch.models.draft_head import load_head
+
+    folder = getattr(args, "head", None) or default_head_dir(target)
+    return load_head(folder, target)
 
 
 def draft_requantize(args: argparse.Namespace, backend: Any, weights: str, progress: bool = True) -> int | None:
@@ -343,8 +374,8 @@ def warm_up(models: Models, prompt_ids: Sequence[int] | None = None, cfg: Any = 
 
     t0 = time.perf_counter()
     generate, speculative = models.functions()
-    kind = drafter or ("model" if models.draft is not None else "ngram")
-    spec = kind == "ngram" or models.draft is not None
+    kind = drafter or ("model" if models.draft is not None else "head" if models.head is not None else "ngram")
+    spec = kind in ("ngram", "head") or models.draft is not None
     spec_drafter, total = models.round_drafter(kind, gamma) if spec else (None, gamma)  # total: looked-up too
     new = 2 * total + 2
     limits = [context_limit(m) for m in (models.target, models.draft) if m is not None]

@@ -207,8 +207,10 @@ def apply_command(line: str, models: Models, s: Settings, args: argparse.Namespa
     elif name == "adaptive":
         s.adaptive = not s.adaptive
     elif name == "drafter":
-        if value not in ("model", "ngram"):
-            raise UserError(f"/drafter takes model or ngram, got {value!r}")
+        if value not in ("model", "ngram", "head"):
+            raise UserError(f"/drafter takes model, ngram or head, got {value!r}")
+        if value == "head" and models.head is None:
+            raise UserError("/drafter head needs a head loaded at start (--drafter head)")
         if value == "model":
             ensure_draft(models, args)
         s.drafter = value

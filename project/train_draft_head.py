@@ -1,0 +1,209 @@
+"""Train a draft head for a target model with MiniTorch's own autodiff and Adam (EAGLE-style; see
+minitorch/models/draft_head.py), on the CPU or --backend cuda.
+
+    python project/train_draft_head.py                               # the default target, GSM8K train split
+    python project/train_draft_head.py --backend cuda --epochs 2     # on a GPU
+    python project/train_draft_head.py --resume                      # continue an interrupted run
+    python project/run_spec_decoding.py --drafter head               # draft with it (the cache's head)
+
+Steps: (1) the training sequences: GSM8K train problems under the benchmark's chat template, answers cleaned
+(project/training/data.py), plus --generated answers the target wrote itself; the last --heldout problems are
+held out; (2) the target's features over them, once, on disk (resumable); (3) training with a progress bar,
+checkpoints every --save-every steps, held-out loss and top-1 agreement every --eval-every steps; (4) the head
+(head.safetensors + head.json naming the target's fingerprint) in --output, default the cache's head folder for
+this target, a loss curve (loss.png) and a report (report.json) beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # project/ modules
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # minitorch from the checkout
+
+from cli_common import DEFAULT_TARGET, OneLineParser, UserError, get_backend, run_cli  # noqa: E402
+from evaluation.data import DEFAULT_DATA_DIR  # noqa: E402
+
+DEFAULT_DATA = DEFAULT_DATA_DIR / "gsm8k" / "train.jsonl"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = OneLineParser(description="Train a draft head (one decoder layer on the target's features) with "
+                      "MiniTorch's autodiff and Adam.")
+    g = p.add_argument_group("model")
+    g.add_argument("--target", default=DEFAULT_TARGET, help=f"target model the head drafts for (default {DEFAULT_TARGET})")
+    g.add_argument("--backend", choices=("cpu", "cuda"), default="cpu", help="where to train (default cpu)")
+    g.add_argument("--weights", choices=("auto", "packed", "float32"), default="auto",
+                   help="the target's weight form on the CPU (as run_spec_decoding.py; default auto)")
+    g.add_argument("--head-vocab", type=int, default=32768,
+                   help="the head proposes among the first N token ids (its LM head: the target's first N rows; default 32768)")
+    g.add_argument("--intermediate-size", type=int, default=3072,
+                   help="the head layer's MLP width (the target's is larger; default 3072)")
+    d = p.add_argument_group("data")
+    d.add_argument("--data-file", default=str(DEFAULT_DATA), help="GSM8K-format JSONL (question, answer) to train on "
+                   "(default data/gsm8k/train.jsonl; evaluation sets are refused)")
+    d.add_argument("--generated", nargs="*", default=[], metavar="JSONL",
+                   help="benchmark result files of the target run on --data-file's problems: its own answers as more data")
+    d.add_argument("--limit", type=int, default=None, help="use only the first N problems of --data-file")
+    d.add_argument("--heldout", type=int, default=200, help="hold out the last N problems for evaluation (default 200)")
+    d.add_argument("--max-seq-len", type=int, default=640, help="cut sequences to N tokens (default 640)")
+    t = p.add_argument_group("training")
+    t.add_argument("--epochs", type=float, default=2.0, help="passes over the training sequences (default 2)")
+    t.add_argument("--tokens-per-step", type=int, default=4096, help="batch size in tokens, padding included (default 4096)")
+    t.add_argument("--lr", type=float, default=1e-3, help="Adam's peak learning rate (default 1e-3)")
+    t.add_argument("--warmup", type=int, default=50, help="warm-up steps (default 50)")
+    t.add_argument("--ce-weight", type=float, default=0.1, help="weight of the soft cross-entropy (EAGLE: 0.1)")
+    t.add_argument("--clip", type=float, default=0.5, help="global gradient-norm clip (default 0.5; 0 = off)")
+    t.add_argument("--seed", type=int, default=0, help="initialisation and batch-order seed (default 0)")
+    t.add_argument("--eval-every", type=int, default=100, help="held-out evaluation every N steps (default 100)")
+    t.add_argument("--save-every", type=int, default=100, help="checkpoint every N steps (default 100)")
+    t.add_argument("--max-steps", type=int, default=None, help="stop after N steps (default: --epochs decides)")
+    o = p.add_argument_group("output")
+    o.add_argument("--output", default=None, help="folder for the head (default: the cache's heads/<target fingerprint>)")
+    o.add_argument("--resume", action="store_true", help="continue the checkpoint in --output")
+    o.add_argument("--no-plot", action="store_true", help="skip loss.png")
+    o.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = p.parse_args(argv)
+    for name in ("head_vocab", "intermediate_size", "tokens_per_step", "max_seq_len", "eval_every", "save_every"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.epochs <= 0 or args.lr <= 0:
+        raise UserError("--epochs and --lr must be > 0")
+    return args
+
+
+def load_sequences(args: argparse.Namespace, tok):
+    from training.data import generated_sequences, gsm8k_sequences, read_rows, split_heldout
+
+    rows = read_rows(args.data_file)
+    if args.limit is not None:
+        rows = rows[:args.limit]
+    seqs = gsm8k_sequences(tok, rows, args.max_seq_len, source=Path(args.data_file).name)
+    if not seqs:
+        raise UserError(f"{args.data_file}: no usable problems")
+    train, held = split_heldout(seqs, min(args.heldout, len(seqs) - 1))
+    held_questions = {r["question"] for r in rows[len(rows) - len(held):]} if held else set()
+    stem = Path(args.data_file).stem  # the benchmark's problem ids for --data-file rows: <stem>-<row>
+    questions = {(f"{stem}-{r['id']}" if r.get("id") is not None else f"{stem}-{i}"): r["question"]
+                 for i, r in enumerate(rows)}
+    for name in args.generated:
+        gen = [r for r in read_rows(name) if questions.get(str(r.get("id"))) not in held_questions]
+        train += generated_sequences(tok, gen, questions, args.max_seq_len, source=Path(name).name)
+    return train, held
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import numpy as np
+
+    from minitorch import Adam
+    from minitorch.models import cache_root, load_model
+    from minitorch.models.draft_head import DraftHead, DraftHeadConfig, target_fingerprint
+    from training.features import FeatureStore
+    from training.loop import (TrainState, build_batch, dense_rows, evaluate, load_checkpoint, lr_at,
+                               make_batches, save_checkpoint, train_step)
+
+    backend = get_backend(args.backend)
+    target, tok = load_model(args.target, backend=backend, progress=not args.quiet, weights=args.weights)
+    fp = target_fingerprint(target)
+    out = Path(args.output) if args.output else cache_root() / "heads" / fp
+    if (out / "checkpoint").exists() and not args.resume:
+        raise UserError(f"{out} already holds a training checkpoint; pass --resume to continue it or --output elsewhere")
+    if args.resume and not (out / "checkpoint").exists():
+        raise UserError(f"--resume: no checkpoint in {out}")
+    train, held = load_sequences(args, tok)
+    n_vocab = min(args.head_vocab, target.config.vocab_size)
+    t0 = time.perf_counter()
+    store = FeatureStore(out / "features", train + held, target.config.hidden_size, fp)
+    store.extract(target, progress=not args.quiet)
+    t_feat = time.perf_counter() - t0
+    held_idx = list(range(len(train), len(train) + len(held)))
+
+    cfg = DraftHeadConfig.for_target(target, n_vocab, args.intermediate_size, name=str(args.target))
+    head = DraftHead(cfg, backend, seed=args.seed)
+    opt = Adam(head.parameters(), lr=args.lr)
+    state = load_checkpoint(out, head, opt) if args.resume else TrainState()
+    lm_rows = dense_rows(target.lm_head_weight(), n_vocab, backend)
+    lengths = [len(s.ids) for s in train]
+    per_epoch = len(make_batches(lengths, args.tokens_per_step, np.random.default_rng(0)))
+    total = args.max_steps or int(round(args.epochs * per_epoch))
+    held_batches = make_batches([len(s.ids) for s in held], args.tokens_per_step, np.random.default_rng(0))
+    seqs = train + held
+    n_tokens = sum(lengths)
+    print(f"training sequences: {len(train)} ({n_tokens} tokens, "
+          f"{sum(len(s.ids) - s.n_prompt for s in train)} answer tokens), held out: {len(held)}; "
+          f"{per_epoch} steps an epoch, {total} steps; features {t_feat:.1f} s; head -> {out}")
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, initial=state.step, desc="train", unit="step", disable=args.quiet)
+    t1 = time.perf_counter()
+    tokens_done = 0
+    while state.step < total:
+        batches = make_batches(lengths, args.tokens_per_step, np.random.default_rng(args.seed + state.epoch))
+        while state.batch_in_epoch < len(batches) and state.step < total:
+            idx = batches[state.batch_in_epoch]
+            batch = build_batch(idx, seqs, store, target, lm_rows, backend)
+            opt.lr = lr_at(state.step, total, args.lr, args.warmup)
+            rec = train_step(head, opt, batch, lm_rows, args.ce_weight, args.clip)
+            rec["lr"] = opt.lr
+            state.history.append(rec)
+            state.step += 1
+            state.batch_in_epoch += 1
+            tokens_done += sum(len(seqs[i].ids) for i in idx)
+            bar.update(1)
+            bar.set_postfix(loss=f"{rec['loss']:.3f}", ce=f"{rec['ce']:.3f}")
+            if held_batches and (state.step % args.eval_every == 0 or state.step == total):
+                ev = evaluate(head, held_batches, seqs, store, target, lm_rows, args.ce_weight)
+                state.evals.append({"step": state.step, **ev})
+                bar.write(f"step {state.step}: held-out loss {ev['loss']:.4f}, top-1 agreement {ev['top1']:.3f}")
+            if state.step % args.save_every == 0:
+                save_checkpoint(out, head, opt, state)
+        if state.batch_in_epoch >= len(batches):
+            state.epoch += 1
+            state.batch_in_epoch = 0
+    bar.close()
+    t_train = time.perf_counter() - t1
+    save_checkpoint(out, head, opt, state)
+    cfg.training = {"data": [Path(args.data_file).name, *[Path(g).name for g in args.generated]],
+                    "sequences": len(train), "tokens": n_tokens, "steps": state.step, "epochs": args.epochs,
+                    "lr": args.lr, "tokens_per_step": args.tokens_per_step, "backend": args.backend,
+                    "train_seconds_this_run": round(t_train, 1), "feature_seconds": round(t_feat, 1),
+                    "heldout": state.evals[-1] if state.evals else None}
+    head.save(out)
+    report = {"head": str(out), "target": str(args.target), "fingerprint": fp, **cfg.training,
+              "tokens_per_s": round(tokens_done / max(t_train, 1e-9), 1), "evals": state.evals}
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    if not args.no_plot:
+        plot_losses(state, out / "loss.png")
+    last = state.evals[-1] if state.evals else {}
+    print(f"head saved to {out} ({state.step} steps, {t_train:.1f} s, {report['tokens_per_s']} tokens/s); "
+          f"held-out top-1 agreement {last.get('top1', float('nan')):.3f}, loss {last.get('loss', float('nan')):.4f}")
+    return 0
+
+
+def plot_losses(state, path: Path) -> None:
+    """Training loss per step and held-out loss / agreement per evaluation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
+    ax[0].plot([h["loss"] for h in state.history], lw=0.8, label="train")
+    if state.evals:
+        ax[0].plot([e["step"] for e in state.evals], [e["loss"] for e in state.evals], "o-", label="held out")
+        ax[1].plot([e["step"] for e in state.evals], [e["top1"] for e in state.evals], "o-")
+    ax[0].set(xlabel="step", ylabel="loss", title="SmoothL1 + 0.1 x soft CE")
+    ax[0].legend()
+    ax[1].set(xlabel="step", ylabel="top-1 agreement", title="held out: head's first draft = target's token")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    run_cli(main)

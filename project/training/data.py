@@ -1,0 +1,110 @@
+"""Training text for a draft head: GSM8K's train split (and answers the target wrote itself), as token sequences
+under the benchmark's own chat template, so the head learns the context it will draft in.
+
+A sequence is prompt + answer + end-of-turn; the loss covers the answer's positions only. GSM8K's answers
+carry calculator annotations `<<48/2=24>>` the target never writes: they are stripped, and the final line
+`#### 72` becomes the benchmark's requested form, `\\boxed{72}`.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from evaluation.data import build_prompt
+
+ANNOTATION = re.compile(r"<<[^>]*>>")
+FINAL = re.compile(r"\n?####\s*(.+?)\s*$")
+EVAL_SETS = ("test.jsonl", "math500", "aime", "amc")  # names of evaluation files: never train on them
+
+
+class TrainingDataError(ValueError):
+    """A user error in the training data (missing file, an evaluation set, no usable rows)."""
+
+
+@dataclass
+class Sequence_:
+    ids: list[int]
+    n_prompt: int  # the first n_prompt ids are the prompt (no loss on predicting them)
+    source: str
+
+
+def clean_gsm8k_answer(answer: str) -> str:
+    """A GSM8K answer as the target would write it: no calculator annotations, the final answer boxed."""
+    text = ANNOTATION.sub("", answer).strip()
+    m = FINAL.search(text)
+    if m:
+        final = m.group(1).replace(",", "")
+        text = text[:m.start()].rstrip() + f"\nThe final answer is $\\boxed{{{final}}}$."
+    return text
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.is_file():
+        raise TrainingDataError(f"training data {path} not found")
+    low = str(path).lower()
+    if any(name in low for name in EVAL_SETS):
+        raise TrainingDataError(f"{path} looks like an evaluation set; train on data/gsm8k/train.jsonl or "
+                                "answers generated for its problems (never on GSM8K test, MATH-500, AIME, AMC)")
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise TrainingDataError(f"{path}:{n}: not JSON ({e})") from None
+    return rows
+
+
+def gsm8k_sequences(tok: Any, rows: Sequence[dict[str, Any]], max_len: int, source: str = "gsm8k") -> list[Sequence_]:
+    """prompt (benchmark template) + cleaned answer + end of turn, cut to max_len tokens."""
+    end = _end_ids(tok)
+    out = []
+    for r in rows:
+        if "question" not in r or "answer" not in r:
+            raise TrainingDataError(f"{source}: rows need 'question' and 'answer' fields, got {sorted(r)}")
+        prompt = list(tok.encode(build_prompt(tok, r["question"])))
+        ids = prompt + list(tok.encode(clean_gsm8k_answer(r["answer"]))) + end
+        if len(prompt) + 2 < max_len:
+            out.append(Sequence_(ids[:max_len], len(prompt), source))
+    return out
+
+
+def generated_sequences(tok: Any, rows: Sequence[dict[str, Any]], questions: dict[str, str], max_len: int,
+                        source: str) -> list[Sequence_]:
+    """Answers the target wrote (benchmark records: 'id', 'text', run on the train split) under the same prompt."""
+    end = _end_ids(tok)
+    out, seen = [], set()
+    for r in rows:
+        q = questions.get(str(r.get("id")))
+        if q is None or "text" not in r or r.get("mode") not in (None, "target", "spec"):
+            continue
+        key = (r["id"], r["text"])
+        if key in seen:  # the spec and target records of a greedy run hold the same text
+            continue
+        seen.add(key)
+        prompt = list(tok.encode(build_prompt(tok, q)))
+        ids = prompt + list(tok.encode(r["text"])) + (end if r.get("stop_reason") == "stop" else [])
+        if len(prompt) + 2 < max_len:
+            out.append(Sequence_(ids[:max_len], len(prompt), source))
+    return out
+
+
+def _end_ids(tok: Any) -> list[int]:
+    """The end-of-turn token the target writes (the tokenizer's eos token, e.g. <|im_end|>)."""
+    name = (getattr(tok, "special_tokens", None) or {}).get("eos_token")
+    tid = tok.backend.token_to_id(name) if name else None
+    if tid is None and getattr(tok, "stop_token_ids", None):
+        tid = min(tok.stop_token_ids)
+    return [int(tid)] if tid is not None else []
+
+
+def split_heldout(seqs: list[Sequence_], heldout: int) -> tuple[list[Sequence_], list[Sequence_]]:
+    """The last `heldout` sequences are held out (never trained on) for the agreement report."""
+    if heldout < 0 or heldout >= len(seqs):
+        raise TrainingDataError(f"--heldout {heldout} must be in [0, {len(seqs)}) for {len(seqs)} sequences")
+    return (seqs[:len(seqs) - heldout], seqs[len(seqs) - heldout:]) if heldout else (seqs, [])
