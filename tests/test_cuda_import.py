@@ -77,7 +77,7 @@ def test_gpu_tools_say_they_need_a_gpu() -> None:
         pytest.skip("a GPU is present")
     root = Path(__file__).resolve().parents[1]
     tools = sorted(p for p in (root / "tools").glob("*.py") if "cupy" in p.read_text())
-    assert len(tools) >= 7
+    assert len(tools) >= 2  # check_bits.py, ab_steps.py
     for tool in tools:
         out = subprocess.run([sys.executable, str(tool)], capture_output=True, text=True, cwd=root,
                              env={**os.environ, "PYTHONPATH": str(root)})
