@@ -9,11 +9,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .autodiff import Context
-from .packed import PackedWeight, packed_embedding, packed_linear
+from .autodiff import Context, is_grad_enabled
+from .packed import PackedWeight
 from .tensor import Tensor
 from .tensor_data import MiniTorchError, broadcast_strides, norm_dim
-from .tensor_functions import Function, from_numpy, zeros
+from .tensor_functions import Cat, Function, cat, from_numpy, zeros  # noqa: F401  (Cat, cat: re-export)
 from .tensor_ops import causal_mask
 
 
@@ -99,22 +99,6 @@ class Embedding(Function):
         gw = np.zeros((v, d), dtype=np.float32)
         np.add.at(gw, np.asarray(ids.to_numpy()).reshape(-1), np.asarray(g.to_numpy()).reshape(-1, d))  # scatter-add
         return from_numpy(gw, backend=g.backend), None
-
-
-class Cat(Function):
-    @staticmethod
-    def forward(ctx: Context, dim: int, *ts: Tensor) -> Tensor:
-        ctx.save(dim=dim, sizes=[t.shape[dim] for t in ts])
-        return ts[0].backend.cat(ts, dim)
-
-    @staticmethod
-    def backward(ctx: Context, g: Tensor) -> tuple:
-        dim, sizes = ctx.extra["dim"], ctx.extra["sizes"]
-        out, off = [None], 0
-        for n in sizes:
-            out.append(g.narrow(dim, off, n))
-            off += n
-        return tuple(out)
 
 
 def _rotate_half(x: Tensor) -> Tensor:
@@ -232,21 +216,6 @@ def embedding(weight: Tensor, ids: Tensor) -> Tensor:
     return Embedding.apply(weight, ids)
 
 
-def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    """Concatenate along dim (all other dims equal)."""
-    ts = list(tensors)
-    if not ts:
-        raise MiniTorchError("cat of an empty list")
-    t0 = ts[0]
-    d = norm_dim(dim, t0.dims, t0.shape)
-    for t in ts[1:]:
-        if t.dims != t0.dims or any(a != b for i, (a, b) in enumerate(zip(t.shape, t0.shape)) if i != d):
-            raise MiniTorchError(f"cat along dim {dim}: shapes {t0.shape} and {t.shape} differ off that dim")
-        if t.dtype != t0.dtype:
-            raise MiniTorchError(f"cat: dtypes {t0.dtype} and {t.dtype} differ")
-    return Cat.apply(d, *ts)
-
-
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotary embedding x*cos + rotate_half(x)*sin, x (..., T, D), cos/sin broadcastable to (T, D)."""
     _need_float(x, "rope")
@@ -258,6 +227,36 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
             raise MiniTorchError(f"rope {name} of shape {c.shape} must broadcast to (T, D) = {td}")
         broadcast_strides(c.shape[-2:], c.strides[-2:], td)
     return Rope.apply(x, cos, sin)
+
+
+def packed_linear(x: Tensor, weight: PackedWeight, bias: Optional[Tensor] = None) -> Tensor:
+    """x (..., K) @ weight^T + bias for a packed weight; the backend's `packed_linear` slot does the product."""
+    n, k = weight.shape
+    if not isinstance(x, Tensor) or x.dims == 0 or x.shape[-1] != k:
+        raise MiniTorchError(f"linear: input {getattr(x, 'shape', x)} does not match weight (out, in) = {weight.shape}")
+    if x.dtype != "float32":
+        raise MiniTorchError(f"linear with a packed weight needs float32 input, got {x.dtype}")
+    if is_grad_enabled() and x.requires_grad:
+        raise MiniTorchError("packed weights are inference-only: run under minitorch.no_grad() or load float32 weights")
+    slot = getattr(x.backend, "packed_linear", None)
+    if slot is None:
+        raise MiniTorchError(f"{x.backend.name} cannot run packed weights; load the model with weights='float32'")
+    xn = np.ascontiguousarray(x.to_numpy(), dtype=np.float32).reshape(-1, k)
+    out = np.empty((xn.shape[0], n), dtype=np.float32)
+    slot(xn, weight, out)
+    y = from_numpy(out.reshape(tuple(x.shape[:-1]) + (n,)), backend=x.backend)
+    if bias is not None:
+        if bias.shape != (n,):
+            raise MiniTorchError(f"linear bias shape {bias.shape} != ({n},)")
+        y = y + bias
+    return y
+
+
+def packed_embedding(weight: PackedWeight, ids: Tensor) -> Tensor:
+    """Rows of a packed (V, D) weight for int64 ids -> ids.shape + (D,) float32 tensor."""
+    if ids.dtype != "int64":
+        raise MiniTorchError(f"embedding ids must be int64, got {ids.dtype} of shape {ids.shape}")
+    return from_numpy(weight.rows(ids.to_numpy()), backend=ids.backend)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:

@@ -294,39 +294,3 @@ def _tile(a: np.ndarray) -> np.ndarray:
 def packed_linear_reference(x: np.ndarray, w: PackedWeight, out: np.ndarray) -> None:
     """out (R, N) = x (R, K) @ w^T through the dequantized float32 weight (SimpleOps' slot)."""
     np.matmul(x, w.dequantize().T, out=out)
-
-
-def packed_linear(x: Any, weight: PackedWeight, bias: Any = None) -> Any:
-    """x (..., K) @ weight^T + bias for a packed weight; the backend's `packed_linear` slot does the product."""
-    from .autodiff import is_grad_enabled
-    from .tensor import Tensor
-    from .tensor_creation import from_numpy
-
-    n, k = weight.shape
-    if not isinstance(x, Tensor) or x.dims == 0 or x.shape[-1] != k:
-        raise MiniTorchError(f"linear: input {getattr(x, 'shape', x)} does not match weight (out, in) = {weight.shape}")
-    if x.dtype != "float32":
-        raise MiniTorchError(f"linear with a packed weight needs float32 input, got {x.dtype}")
-    if is_grad_enabled() and x.requires_grad:
-        raise MiniTorchError("packed weights are inference-only: run under minitorch.no_grad() or load float32 weights")
-    slot = getattr(x.backend, "packed_linear", None)
-    if slot is None:
-        raise MiniTorchError(f"{x.backend.name} cannot run packed weights; load the model with weights='float32'")
-    xn = np.ascontiguousarray(x.to_numpy(), dtype=np.float32).reshape(-1, k)
-    out = np.empty((xn.shape[0], n), dtype=np.float32)
-    slot(xn, weight, out)
-    y = from_numpy(out.reshape(tuple(x.shape[:-1]) + (n,)), backend=x.backend)
-    if bias is not None:
-        if bias.shape != (n,):
-            raise MiniTorchError(f"linear bias shape {bias.shape} != ({n},)")
-        y = y + bias
-    return y
-
-
-def packed_embedding(weight: PackedWeight, ids: Any) -> Any:
-    """Rows of a packed (V, D) weight for int64 ids -> ids.shape + (D,) float32 tensor."""
-    from .tensor_creation import from_numpy
-
-    if ids.dtype != "int64":
-        raise MiniTorchError(f"embedding ids must be int64, got {ids.dtype} of shape {ids.shape}")
-    return from_numpy(weight.rows(ids.to_numpy()), backend=ids.backend)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 
 from .autodiff import NULL_CTX, Context, _state
 from .tensor_creation import arange, from_numpy, full, ones, rand, tensor, zeros  # noqa: F401 (re-export)
-from .tensor_data import MiniTorchError, TensorData, apply_spec, contiguous_strides
+from .tensor_data import MiniTorchError, TensorData, apply_spec, contiguous_strides, norm_dim
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -413,6 +413,22 @@ class Cast(Function):
         return (g.to(src) if src == "float32" else None), None
 
 
+class Cat(Function):
+    @staticmethod
+    def forward(ctx: Context, dim: int, *ts: "Tensor") -> "Tensor":
+        ctx.save(dim=dim, sizes=[t.shape[dim] for t in ts])
+        return ts[0].backend.cat(ts, dim)
+
+    @staticmethod
+    def backward(ctx: Context, g: "Tensor") -> tuple:
+        dim, sizes = ctx.extra["dim"], ctx.extra["sizes"]
+        out, off = [None], 0
+        for n in sizes:
+            out.append(g.narrow(dim, off, n))
+            off += n
+        return tuple(out)
+
+
 # ---- op wrappers ------------------------------------------------------------------------------
 
 def where(cond: "Tensor", a: Any, b: Any) -> "Tensor":
@@ -423,5 +439,15 @@ def where(cond: "Tensor", a: Any, b: Any) -> "Tensor":
 
 
 def cat(tensors: Sequence["Tensor"], dim: int = 0) -> "Tensor":
-    from .nn import cat as _cat
-    return _cat(tensors, dim)
+    """Concatenate along dim (all other dims equal)."""
+    ts = list(tensors)
+    if not ts:
+        raise MiniTorchError("cat of an empty list")
+    t0 = ts[0]
+    d = norm_dim(dim, t0.dims, t0.shape)
+    for t in ts[1:]:
+        if t.dims != t0.dims or any(a != b for i, (a, b) in enumerate(zip(t.shape, t0.shape)) if i != d):
+            raise MiniTorchError(f"cat along dim {dim}: shapes {t0.shape} and {t.shape} differ off that dim")
+        if t.dtype != t0.dtype:
+            raise MiniTorchError(f"cat: dtypes {t0.dtype} and {t.dtype} differ")
+    return Cat.apply(d, *ts)

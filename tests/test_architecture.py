@@ -7,8 +7,8 @@ backend interface tensor_ops). Rules:
 - a backend does not need the core's Tensor side at import time: importing minitorch.cpu or
   minitorch.cuda loads none of tensor, tensor_functions, tensor_creation, nn, module, optim; their kernel
   modules load nothing of minitorch but leaf data modules;
-- counting imports inside functions too, no cycle passes through a backend module, and nothing imports
-  a higher layer.
+- counting imports inside functions too, there is no cycle at all (core, models, generation, backends),
+  and nothing imports a higher layer.
 The graph is read twice: statically (ast, every import statement) and by importing each backend package
 in a fresh interpreter whose `minitorch` parent package is an empty stub (so minitorch/__init__.py does
 not load everything first). Each rule is also run on a copy of the tree with a violating import written
@@ -166,8 +166,8 @@ def layer(name: str) -> int:
 def violations(graph: Graph) -> List[str]:
     """Every broken rule of the module docstring, as one line each (empty: the layering holds)."""
     bad = [f"import-time cycle: {' <-> '.join(c)}" for c in cycles(graph, import_time_only=True)]
-    bad += [f"cycle through a backend (imports inside functions counted): {' <-> '.join(c)}"
-            for c in cycles(graph, import_time_only=False) if any(in_backend(m) for m in c)]
+    bad += [f"import cycle (imports inside functions counted): {' <-> '.join(c)}"
+            for c in cycles(graph, import_time_only=False)]
     for mod, edges in sorted(graph.items()):
         for t, at in sorted(edges):
             if not in_backend(mod) and layer(mod) < 2 and mod != "minitorch" and in_backend(t):
@@ -297,6 +297,14 @@ BREAKS = {
     # a kernel module reaching into the core
     "kernel imports core": ("cuda/launch.py", "from .runtime import get_cupy, kernels\n",
                             "from .runtime import get_cupy, kernels\nfrom ..tensor_data import TensorData\n"),
+    # the core's loops this layout removed (imports inside functions): cat through nn, packed_linear through tensor,
+    # and in models gguf_io's tokenizer files through tokenizer
+    "function-level loop in the core": ("tensor_functions.py", "def where(cond",
+                                        "def _cat_via_nn():\n    from .nn import linear\n\n\ndef where(cond"),
+    "function-level loop through packed": ("packed.py", "def packed_linear_reference(",
+                                           "def _t():\n    from .tensor import Tensor\n\n\ndef packed_linear_reference("),
+    "function-level loop in models": ("models/gguf_io.py", "def cache_key(",
+                                      "def _tok():\n    from .tokenizer import load_tokenizer\n\n\ndef cache_key("),
     # the GPU decoder importing the model classes (a higher layer)
     "backend imports models": ("cuda/decoder.py", "import numpy as np\n",
                                "import numpy as np\n\n\ndef _cfg():\n    from ..models import Qwen2Config\n"),

@@ -193,8 +193,6 @@ def fill_cache_folder(path: Union[str, Path], folder: Path, progress: bool, verb
     entry for it (None: not handled, saved as float32). Returns {name: entry} of the stored tensors."""
     from tqdm import tqdm
 
-    from .tokenizer import tokenizer_files_from_gguf
-
     path = Path(path)
     reader = open_gguf(path)
     config = config_from_gguf(reader, path)
@@ -279,3 +277,87 @@ def load_cached_arrays(out_dir: Path) -> dict[str, np.ndarray]:
         except (ValueError, OSError) as e:
             raise ModelLoadError(f"corrupt cached weight {f} ({_first_line(e)}); delete {out_dir} and reload") from None
     return weights
+
+
+# ---- the tokenizer files of a GGUF (tokenizer.py loads them; GGUF reading stays in this file) ----
+
+# Qwen2's pre-tokenizer split (transformers models/qwen2/tokenization_qwen2.py PRETOKENIZE_REGEX).
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+GGUF_PRE_TOKENIZERS = {"qwen2": QWEN2_SPLIT, "deepseek-r1-qwen": QWEN2_SPLIT}
+_CONTROL, _USER_DEFINED, _UNUSED = 3, 4, 5  # llama.cpp token types
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character table (the ByteLevel alphabet)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+def tokenizer_files_from_gguf(reader: Any, out_dir: Union[str, Path]) -> None:
+    """Write tokenizer.json and tokenizer_config.json for the tokenizer that GGUF `reader` describes."""
+    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as HFTokenizer
+
+
+    out_dir = Path(out_dir)
+    path = getattr(reader, "data", None)
+    path = getattr(path, "filename", "") or "GGUF file"
+    kind = field_value(reader, "tokenizer.ggml.model")
+    pre = field_value(reader, "tokenizer.ggml.pre")
+    if kind != "gpt2":
+        raise ModelLoadError(f"{path}: tokenizer model {kind!r} is not supported (byte-level BPE 'gpt2' only)")
+    if pre not in GGUF_PRE_TOKENIZERS:
+        raise ModelLoadError(f"{path}: pre-tokenizer {pre!r} is not supported ({', '.join(GGUF_PRE_TOKENIZERS)})")
+    tokens = list(field_value(reader, "tokenizer.ggml.tokens", []))
+    types = list(field_value(reader, "tokenizer.ggml.token_type", [1] * len(tokens)))
+    merges = list(field_value(reader, "tokenizer.ggml.merges", []))
+    if not tokens or not merges:
+        raise ModelLoadError(f"{path}: GGUF metadata lacks tokenizer.ggml.tokens or tokenizer.ggml.merges")
+
+    spelling = _bytes_to_unicode()
+    alphabet = set(spelling.values())
+    vocab = {
+        (t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8"))): i for i, t in enumerate(tokens)
+    }
+    bpe = models.BPE(vocab=vocab, merges=[tuple(m.split(" ")) for m in merges], dropout=None, unk_token=None,
+                     continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False, byte_fallback=False)
+    tk = HFTokenizer(bpe)
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(GGUF_PRE_TOKENIZERS[pre]), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tk.decoder = decoders.ByteLevel()
+    control = [t for t, ty in zip(tokens, types) if ty == _CONTROL and set(t) <= alphabet]
+    tk.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])
+    user = [t for t, ty in zip(tokens, types) if ty == _USER_DEFINED and t in vocab]
+    tk.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
+    tk.save(str(out_dir / "tokenizer.json"))
+
+    real_size = len(tokens)
+    while real_size > 0 and types[real_size - 1] == _UNUSED:  # trailing [PAD...] rows pad the embedding
+        real_size -= 1
+
+    def tok_name(key: str) -> Optional[str]:
+        i = field_value(reader, f"tokenizer.ggml.{key}")
+        return tokens[int(i)] if i is not None and 0 <= int(i) < len(tokens) else None
+
+    tcfg = {
+        "chat_template": field_value(reader, "tokenizer.chat_template"),
+        "bos_token": tok_name("bos_token_id"),
+        "eos_token": tok_name("eos_token_id"),
+        "pad_token": tok_name("padding_token_id"),
+        "unk_token": tok_name("unknown_token_id"),
+        "minitorch_vocab_size": real_size,
+    }
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(tcfg, indent=2, ensure_ascii=False))
