@@ -243,7 +243,7 @@ def load_head(folder: Union[str, Path], target: Any, backend: Any = None) -> Dra
         if arr is None or tuple(arr.shape) != tuple(p.value.shape):
             got = None if arr is None else tuple(arr.shape)
             raise ModelLoadError(f"draft head {w_path}: weight {name} is {got}, expected {tuple(p.value.shape)}")
-        p.update(from_numpy(np.ascontiguousarray(arr, dtype=np.float32), backend=backend))
+        p.update(from_numpy(np.array(arr, dtype=np.float32), backend=backend))  # a copy: writable (fine-tuning)
         p.value.requires_grad_(False)
     return head
 

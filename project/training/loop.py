@@ -189,7 +189,7 @@ def load_checkpoint(folder: Path, head: DraftHead, opt: Adam) -> TrainState:
     arrays = read_safetensors(ck / "head.safetensors")
     params = dict(head.named_parameters())
     for name, p in params.items():
-        p.update(from_numpy(np.ascontiguousarray(arrays[name], dtype=np.float32), backend=head.backend))
+        p.update(from_numpy(np.array(arrays[name], dtype=np.float32), backend=head.backend))  # writable copy
     with np.load(ck / "adam.npz") as z:
         for key in z.files:
             which, name = key.split(":", 1)
