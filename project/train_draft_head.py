@@ -61,9 +61,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     t.add_argument("--eval-every", type=int, default=100, help="held-out evaluation every N steps (default 100)")
     t.add_argument("--save-every", type=int, default=100, help="checkpoint every N steps (default 100)")
     t.add_argument("--max-steps", type=int, default=None, help="stop after N steps (default: --epochs decides)")
+    t.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="wall-clock budget: the features take at most half of it (training then uses the sequences "
+                   "done), training stops and saves when it is spent")
     o = p.add_argument_group("output")
     o.add_argument("--output", default=None, help="folder for the head (default: the cache's heads/<target fingerprint>)")
     o.add_argument("--resume", action="store_true", help="continue the checkpoint in --output")
+    o.add_argument("--save-dtype", choices=("float16", "float32"), default="float16",
+                   help="the saved head's weights (default float16: half the file; drafting stays exact either way)")
     o.add_argument("--no-plot", action="store_true", help="skip loss.png")
     o.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
@@ -117,10 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     train, held = load_sequences(args, tok)
     n_vocab = min(args.head_vocab, target.config.vocab_size)
     t0 = time.perf_counter()
-    store = FeatureStore(out / "features", train + held, target.config.hidden_size, fp)
-    store.extract(target, progress=not args.quiet)
+    seqs = held + train  # held-out first: a time-limited extraction always has them
+    store = FeatureStore(out / "features", seqs, target.config.hidden_size, fp)
+    store.extract(target, progress=not args.quiet, time_limit=args.time_limit / 2 if args.time_limit else None)
     t_feat = time.perf_counter() - t0
-    held_idx = list(range(len(train), len(train) + len(held)))
+    if store.done < len(seqs):
+        if store.done <= len(held):
+            raise UserError(f"--time-limit: the target's features of only {store.done} sequences were done; "
+                            "allow more time or fewer problems (--limit)")
+        print(f"--time-limit: training on the {store.done - len(held)} of {len(train)} sequences whose features are "
+              "done (rerun with --resume to extract the rest)")
+        train = train[:store.done - len(held)]
 
     cfg = DraftHeadConfig.for_target(target, n_vocab, args.intermediate_size, name=str(args.target))
     head = DraftHead(cfg, backend, seed=args.seed)
@@ -129,10 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     lm_rows = dense_rows(target.lm_head_weight(), n_vocab, backend)
     lengths = [len(s.ids) for s in train]
     per_epoch = len(make_batches(lengths, args.tokens_per_step, np.random.default_rng(0)))
+    n_tokens = sum(lengths)
     total = args.max_steps or int(round(args.epochs * per_epoch))
     held_batches = make_batches([len(s.ids) for s in held], args.tokens_per_step, np.random.default_rng(0))
-    seqs = train + held
-    n_tokens = sum(lengths)
     print(f"training sequences: {len(train)} ({n_tokens} tokens, "
           f"{sum(len(s.ids) - s.n_prompt for s in train)} answer tokens), held out: {len(held)}; "
           f"{per_epoch} steps an epoch, {total} steps; features {t_feat:.1f} s; head -> {out}")
@@ -142,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     bar = tqdm(total=total, initial=state.step, desc="train", unit="step", disable=args.quiet)
     t1 = time.perf_counter()
     tokens_done = 0
-    while state.step < total:
+    out_of_time = False
+    while state.step < total and not out_of_time:
         batches = make_batches(lengths, args.tokens_per_step, np.random.default_rng(args.seed + state.epoch))
+        batches = [[len(held) + i for i in b] for b in batches]  # store order: held out first
         while state.batch_in_epoch < len(batches) and state.step < total:
             idx = batches[state.batch_in_epoch]
             batch = build_batch(idx, seqs, store, target, lm_rows, backend)
@@ -162,18 +175,25 @@ def main(argv: list[str] | None = None) -> int:
                 bar.write(f"step {state.step}: held-out loss {ev['loss']:.4f}, top-1 agreement {ev['top1']:.3f}")
             if state.step % args.save_every == 0:
                 save_checkpoint(out, head, opt, state)
-        if state.batch_in_epoch >= len(batches):
+            if args.time_limit and time.perf_counter() - t0 > args.time_limit:
+                bar.write(f"--time-limit: stopping at step {state.step} of {total}")
+                out_of_time = True
+                break
+        if not out_of_time and state.batch_in_epoch >= len(batches):
             state.epoch += 1
             state.batch_in_epoch = 0
     bar.close()
     t_train = time.perf_counter() - t1
+    if held_batches and (not state.evals or state.evals[-1]["step"] != state.step):
+        state.evals.append({"step": state.step, **evaluate(head, held_batches, seqs, store, target, lm_rows,
+                                                           args.ce_weight)})
     save_checkpoint(out, head, opt, state)
     cfg.training = {"data": [Path(args.data_file).name, *[Path(g).name for g in args.generated]],
                     "sequences": len(train), "tokens": n_tokens, "steps": state.step, "epochs": args.epochs,
                     "lr": args.lr, "tokens_per_step": args.tokens_per_step, "backend": args.backend,
                     "train_seconds_this_run": round(t_train, 1), "feature_seconds": round(t_feat, 1),
                     "heldout": state.evals[-1] if state.evals else None}
-    head.save(out)
+    head.save(out, args.save_dtype)
     report = {"head": str(out), "target": str(args.target), "fingerprint": fp, **cfg.training,
               "tokens_per_s": round(tokens_done / max(t_train, 1e-9), 1), "evals": state.evals}
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -23,6 +23,7 @@ from minitorch.models import ModelLoadError, load_model
 from minitorch.models.draft_head import DraftHead, DraftHeadConfig, head_loss, load_head, target_fingerprint
 
 torch = pytest.importorskip("torch")
+from backends import BACKENDS  # noqa: E402
 from test_models_util import hf_qwen2, save_hf, tiny_bpe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,9 +78,11 @@ def _torch_head(head: DraftHead, feats, emb, lm):
     return g, g @ lm.T, P
 
 
-def test_head_forward_loss_and_gradients_match_torch(target):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_head_forward_loss_and_gradients_match_torch(target, backend):
+    """Every backend (the CUDA one where a GPU is present: training runs there too)."""
     model, _, _ = target
-    head = DraftHead(_cfg(model), model.backend, seed=3)
+    head = DraftHead(_cfg(model), backend, seed=3)
     rng = np.random.default_rng(0)
     B, T, D = 2, 7, model.config.hidden_size
     f, e, nf = (rng.standard_normal((B, T, D)).astype(np.float32) for _ in range(3))
@@ -87,7 +90,7 @@ def test_head_forward_loss_and_gradients_match_torch(target):
     lm = np.asarray(model.lm_head_weight().to_numpy())[:300]
     p = np.exp(nf @ lm.T)
     p /= p.sum(-1, keepdims=True)
-    F, E, NF, L, PP, M = (minitorch.from_numpy(a) for a in (f, e, nf, np.ascontiguousarray(lm), p.astype(np.float32), mask))
+    F, E, NF, L, PP, M = (minitorch.from_numpy(a, backend=backend) for a in (f, e, nf, np.ascontiguousarray(lm), p.astype(np.float32), mask))
     g = head(F, E)
     logits = head.logits(g, L, 300)
     loss, feat, ce = head_loss(g, logits, NF, PP, M)

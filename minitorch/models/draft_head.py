@@ -175,13 +175,16 @@ class DraftHead(Module):
         return nn.linear(g, lm_head.narrow(0, 0, rows))
 
     # -- files ---------------------------------------------------------------------------------
-    def save(self, folder: Union[str, Path]) -> Path:
-        """head.safetensors (float32) + head.json in `folder`, written whole or not at all."""
+    def save(self, folder: Union[str, Path], dtype: str = "float32") -> Path:
+        """head.safetensors (float32, or float16: half the file, for drafting; training checkpoints keep float32)
+        + head.json in `folder`, each written whole or not at all."""
         from safetensors.numpy import save_file
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        arrays = {name: np.ascontiguousarray(p.value.to_numpy(), dtype=np.float32) for name, p in self.named_parameters()}
+        if dtype not in ("float32", "float16"):
+            raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
+        arrays = {name: np.ascontiguousarray(p.value.to_numpy(), dtype=dtype) for name, p in self.named_parameters()}
         tmp = folder / (WEIGHTS_FILE + ".tmp")
         save_file(arrays, str(tmp), metadata={"format": HEAD_FORMAT})
         tmp.replace(folder / WEIGHTS_FILE)

@@ -44,10 +44,14 @@ class FeatureStore:
         tmp.write_text(json.dumps({"key": self.key, "done": self.done, "rows": int(self.offsets[-1]), "dims": self.dims}))
         tmp.replace(self.meta_path)
 
-    def extract(self, target: Any, progress: bool = True, every: int = 64) -> None:
-        """Run the target over every sequence not done yet (one forward each, no cache)."""
+    def extract(self, target: Any, progress: bool = True, every: int = 64, time_limit: float | None = None) -> None:
+        """Run the target over every sequence not done yet (one forward each, no cache), in order; with a
+        time_limit (seconds) stop when it is spent (the done ones stay usable, a later call continues)."""
+        import time
+
         from tqdm import tqdm
 
+        t0 = time.perf_counter()
         todo = range(self.done, len(self.seqs))
         bar = tqdm(todo, desc="target features", unit="seq", disable=not progress or not len(todo), initial=0)
         with no_grad():
@@ -59,6 +63,8 @@ class FeatureStore:
                 if self.done % every == 0 or self.done == len(self.seqs):
                     self.data.flush()
                     self._save_meta()
+                if time_limit is not None and time.perf_counter() - t0 > time_limit:
+                    break
         self.data.flush()
         self._save_meta()
 

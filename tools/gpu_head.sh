@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The draft head on the GPU machine (real pair staged in /root/cache by ../shared/tools/stage_weights.sh; carry .whl
+# and the built minitorch/cuda_kernels). Modes, one device call each:
+#   bash tools/gpu_head.sh gen N     the target's own greedy answers to the first N GSM8K *train* problems (the
+#                                    CUDA-graph path, speculative mode = the target's text), kept in /root/gen for
+#                                    the next call and copied to $OUT/train_gen.jsonl (commit it under data/)
+#   bash tools/gpu_head.sh train     train a head with --backend cuda on GSM8K train (+ /root/gen's answers), then
+#                                    its acceptance on GSM8K test first 5 (CPU engine on the CUDA backend, float32);
+#                                    the head (float16) and its report to $OUT
+set -u
+OUT="${OUT:-/tmp/gpu}"; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MINITORCH_SPEC_CACHE=/root/cache
+T0=$(date +%s)
+log() { echo "=== $(date -u +%H:%M:%S) t=$(( $(date +%s) - T0 ))s $*"; }
+[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  .whl/*.whl && export PYTHONPATH=/tmp/site
+[ -f minitorch/cuda_kernels/gemv.fatbin ] || { log build; ./compile_cuda.sh > "$OUT/build.log" 2>&1; echo "build rc=$?"; }
+case "${1:-}" in
+gen)
+  N="${2:-300}"; mkdir -p /root/gen
+  log "gen $N"
+  timeout "${GEN_LIMIT:-420}" python3 project/benchmark_gsm8k.py --data-file data/gsm8k/train.jsonl --limit "$N" \
+    --modes spec --backend cuda --max-new-tokens 384 --no-plots --no-progress -o /root/gen/train_gen.jsonl \
+    > "$OUT/gen.log" 2>&1; echo "gen rc=$?"
+  tail -5 "$OUT/gen.log"
+  wc -l /root/gen/train_gen.jsonl; cp /root/gen/train_gen.jsonl "$OUT/"
+  ;;
+train)
+  GEN=(); [ -f /root/gen/train_gen.jsonl ] && GEN=(--generated /root/gen/train_gen.jsonl)
+  log "train"
+  python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" \
+    --epochs "${EPOCHS:-2}" --tokens-per-step 8192 --lr "${LR:-1e-3}" --eval-every 50 --save-every 50 \
+    --time-limit "${TRAIN_LIMIT:-330}" --output /root/head --quiet 2>&1 | tee "$OUT/train.log" | tail -25
+  cp /root/head/head.safetensors /root/head/head.json /root/head/report.json /root/head/loss.png "$OUT/" 2>/dev/null
+  log "acceptance"
+  timeout "${EVAL_LIMIT:-200}" python3 project/benchmark_gsm8k.py --backend cuda --dtype float32 --drafter head \
+    --head /root/head --gamma 4 --limit "${EVAL_N:-5}" --max-new-tokens 256 --modes spec --no-plots --no-progress \
+    -o "$OUT/gsm8k_head_eager.jsonl" > "$OUT/eval.log" 2>&1; echo "eval rc=$?"
+  tail -14 "$OUT/eval.log"
+  ;;
+*) sed -n '2,10p' "$0"; exit 2;;
+esac
+log done
