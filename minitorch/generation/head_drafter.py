@@ -78,12 +78,12 @@ class HeadDrafter:
         if self._n_feats < n - 1:
             raise RuntimeError(f"the head has features for {self._n_feats} positions, needs {n - 1}: the engine "
                                "must pass the target's features to observe()")
-        k = self.cache.length
-        if k > n - 1:  # never happens with the engine's rollback; keep the invariant anyway
-            self.cache.truncate(n - 1)
-            k = n - 1
         if n < 2:  # no feature yet (a one-token prompt): nothing to draft from
             return [], None
+        k = self.cache.length
+        if k > n - 2:  # the same context again (no new token since the last propose): re-run its last position
+            self.cache.truncate(n - 2)
+            k = n - 2
         feats = from_numpy(self._feats[k:n - 1][None], backend=self.head.backend)  # (1, n-1-k, D)
         g, row = self._step(feats, [int(t) for t in tokens[k + 1:n]])
         drafts: list[int] = []
