@@ -9,6 +9,8 @@ The generation itself is injected: `modes` maps a mode name ("spec", "target", "
 "hf_assisted") to a callable `(prompt_ids, max_new_tokens, seed) -> result` where `result` has
 `.tokens` (new tokens), `.stop_reason` ("stop" | "length") and `.stats` (dict), as
 `minitorch.generation.GenerationResult` does. Tests pass fake generators; the programs pass the engine.
+`run_problem` (one problem's modes -> its records) is what a Ray worker runs (distributed.py, --ray); the
+plain loop makes the same records one generation at a time.
 Problems and prompts: data.py; summary: summary.py; plots: plots.py;
 the command line: cli.py; transformers baselines: hf.py; grading: grading.py.
 """
@@ -261,6 +263,80 @@ def _postfix(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return out
 
 
+def problem_prompt(tokenizer: Tokenizer, problem: Problem, system_prompt: str | None) -> tuple[str, list[int]]:
+    """The prompt text of a problem (chat template + reasoning instruction) and its token ids."""
+    prompt = build_prompt(tokenizer, problem.question, system_prompt)
+    return prompt, list(tokenizer.encode(prompt))
+
+
+def run_generation(problem: Problem, mode: str, generate: GenerateFn, tokenizer: Tokenizer, prompt: str,
+                   prompt_ids: Sequence[int], config: Mapping[str, Any], max_new_tokens: int, seed: int,
+                   shard: str) -> dict[str, Any]:
+    """One (problem, mode) generation, timed, decoded and graded into its record; problem `index` offsets `seed`."""
+    t0 = time.perf_counter()
+    try:
+        result = generate(list(prompt_ids), max_new_tokens, seed + problem.index)
+    except ValueError as e:  # e.g. prompt + max_new_tokens longer than the model's context
+        raise BenchmarkError(f"problem {problem.id} ({mode}): {e}") from None
+    seconds = time.perf_counter() - t0
+    text = tokenizer.decode(list(result.tokens))
+    return make_record(problem, mode, prompt, prompt_ids, result, text, seconds, config, shard)
+
+
+def run_problem(problem: Problem, modes: Mapping[str, GenerateFn], order: Sequence[str], tokenizer: Tokenizer,
+                config: Mapping[str, Any], max_new_tokens: int, *, seed: int = 0, system_prompt: str | None = None,
+                shard: str = "0/1") -> list[dict[str, Any]]:
+    """The records of one problem's modes in `order`, as the run loop writes them (the Ray workers' unit)."""
+    prompt, prompt_ids = problem_prompt(tokenizer, problem, system_prompt)
+    return [run_generation(problem, m, modes[m], tokenizer, prompt, prompt_ids, config, max_new_tokens, seed, shard)
+            for m in order]
+
+
+def plan_run(problems: Sequence[Problem], mode_names: Iterable[str], output: str | Path, config: Mapping[str, Any],
+             max_new_tokens: int, resume: bool) -> tuple[list[dict[str, Any]], list[str], list[tuple[Problem, str]]]:
+    """Check the flags and the results file: (records from before, modes in order, (problem, mode) pairs to run).
+
+    A cut-off last line is repaired when resuming; other settings than the file's are refused.
+    """
+    if max_new_tokens < 1:
+        raise BenchmarkError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+    output = Path(output)
+    previous = read_results(output, repair=resume)
+    if previous and not resume:
+        raise BenchmarkError(f"{output} already has {len(previous)} results; pass --resume to continue it "
+                             "or choose another --output")
+    check_config(previous, config, str(output))
+    done = {(r["id"], r["mode"]) for r in previous}
+    order = sorted(mode_names, key=mode_key)
+    return previous, order, [(p, m) for p in problems for m in order if (p.id, m) not in done]
+
+
+class Progress:
+    """The run's tqdm bar (nothing when off): generations done of all, running accuracy, tokens/s and alpha."""
+
+    def __init__(self, enabled: bool, problems: Sequence[Problem], order: Sequence[str], todo: Sequence[Any],
+                 previous: Sequence[Mapping[str, Any]], desc: str) -> None:
+        ids = {p.id for p in problems}
+        self.shown = [r for r in previous if r["id"] in ids and r["mode"] in order]
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+            total = len(problems) * len(order)
+            self.bar = tqdm(total=total, initial=total - len(todo), desc=desc, unit="gen", dynamic_ncols=True)
+            if self.shown:
+                self.bar.set_postfix(_postfix(self.shown))
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        self.shown.append(record)
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(_postfix(self.shown))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def run_benchmark(problems: Sequence[Problem], modes: Mapping[str, GenerateFn], tokenizer: Tokenizer,
                   output: str | Path, config: Mapping[str, Any], max_new_tokens: int, *,
                   resume: bool = False, seed: int = 0, system_prompt: str | None = None,
@@ -276,50 +352,23 @@ def run_benchmark(problems: Sequence[Problem], modes: Mapping[str, GenerateFn], 
     unknown = [m for m in modes if not callable(modes[m])]
     if unknown:
         raise BenchmarkError(f"mode {unknown[0]!r} has no generator")
-    output = Path(output)
-    previous = read_results(output, repair=resume)
-    if previous and not resume:
-        raise BenchmarkError(f"{output} already has {len(previous)} results; pass --resume to continue it "
-                             "or choose another --output")
-    check_config(previous, config, str(output))
-    done = {(r["id"], r["mode"]) for r in previous}
-    order = sorted(modes, key=mode_key)
-    todo = [(p, m) for p in problems for m in order if (p.id, m) not in done]
-    ids = {p.id for p in problems}
-    shown = [r for r in previous if r["id"] in ids and r["mode"] in modes]
+    previous, order, todo = plan_run(problems, modes, output, config, max_new_tokens, resume)
     outcome = RunOutcome(new=[], previous=previous)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(problems) * len(order), initial=len(problems) * len(order) - len(todo),
-                   desc=str(config.get("dataset", "bench")), unit="gen", dynamic_ncols=True)
-        if shown:
-            bar.set_postfix(_postfix(shown))
+    bar = Progress(progress, problems, order, todo, previous, str(config.get("dataset", "bench")))
     prompts: dict[str, tuple[str, list[int]]] = {}
     try:
         with ResultsWriter(output) as writer:
             for problem, mode in todo:
                 if problem.id not in prompts:
-                    prompt = build_prompt(tokenizer, problem.question, system_prompt)
-                    prompts[problem.id] = (prompt, list(tokenizer.encode(prompt)))
+                    prompts[problem.id] = problem_prompt(tokenizer, problem, system_prompt)
                 prompt, prompt_ids = prompts[problem.id]
-                t0 = time.perf_counter()
-                try:
-                    result = modes[mode](list(prompt_ids), max_new_tokens, seed + problem.index)
-                except ValueError as e:  # e.g. prompt + max_new_tokens longer than the model's context
-                    raise BenchmarkError(f"problem {problem.id} ({mode}): {e}") from None
-                seconds = time.perf_counter() - t0
-                text = tokenizer.decode(list(result.tokens))
-                rec = make_record(problem, mode, prompt, prompt_ids, result, text, seconds, config, shard)
+                rec = run_generation(problem, mode, modes[mode], tokenizer, prompt, prompt_ids, config,
+                                     max_new_tokens, seed, shard)
                 writer.write(rec)
                 outcome.new.append(rec)
-                shown.append(rec)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(_postfix(shown))
+                bar.add(rec)
     except KeyboardInterrupt:
         outcome.interrupted = True
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     return outcome
