@@ -21,5 +21,6 @@ setup(
     extras_require={
         "cuda12": ["cupy-cuda12x[ctk]>=14"],
         "cuda13": ["cupy-cuda13x[ctk]>=14"],
+        "ray": ["ray>=2.9"],  # benchmarks over a Ray cluster (--ray; docs/RAY.md)
     },
 )

@@ -1,6 +1,7 @@
 """Command line shared by benchmark_gsm8k.py and benchmark_limo.py.
 
     python project/benchmark_gsm8k.py [run flags]                     run (or --resume) a benchmark
+    python project/benchmark_gsm8k.py --ray [ADDRESS] [run flags]     the same on Ray workers (distributed.py)
     python project/benchmark_gsm8k.py merge -o all.jsonl a.jsonl b.jsonl   join shard files
     python project/benchmark_gsm8k.py summary all.jsonl               table + JSON + plots of a file
 
@@ -19,6 +20,7 @@ from typing import Any, Callable, Sequence
 from one_line_parser import OneLineParser
 
 from .data import REASONING_INSTRUCTION, BenchmarkError, load_problems, parse_shard, select_problems
+from .distributed import add_ray_args, run_on_ray
 from .engine import Engine, add_engine_args, load_engine
 from .runner import MODE_ORDER, merge_results, read_results, run_benchmark
 from .summary import format_table, summarize, write_summary
@@ -69,6 +71,7 @@ def build_parser(bench: BenchSpec) -> argparse.ArgumentParser:
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_engine_args(p, bench.default_max_new_tokens)
+    add_ray_args(p)
     return p
 
 
@@ -120,9 +123,18 @@ def run_main(bench: BenchSpec, argv: Sequence[str], engine_factory: EngineFactor
         raise BenchmarkError(f"{output} already has {len(previous)} results; pass --resume to continue it "
                              "or choose another --output")
     all_modes = modes + (list(HF_MODES) if args.compare_hf else [])
+    base = {"benchmark": bench.name, "dataset": str(args.data_file or args.dataset),
+            "max_new_tokens": args.max_new_tokens, "system_prompt": bool(args.system_prompt)}
+    if args.ray is not None:  # the models load in the Ray workers (distributed.py), each adding its engine's config
+        old_handler = signal.signal(signal.SIGTERM, _sigterm)
+        try:
+            outcome = run_on_ray(args, problems, all_modes, output, base, engine_factory or load_engine,
+                                 system_prompt=_system_prompt(args), progress=not args.no_progress)
+        finally:
+            signal.signal(signal.SIGTERM, old_handler)
+        return _finish(outcome, output, args)
     engine = (engine_factory or load_engine)(args, all_modes)
-    config = {"benchmark": bench.name, "dataset": str(args.data_file or args.dataset),
-              "max_new_tokens": args.max_new_tokens, "system_prompt": bool(args.system_prompt), **engine.config}
+    config = {**base, **engine.config}
     gens = {m: engine.modes[m] for m in all_modes}
     old_handler = signal.signal(signal.SIGTERM, _sigterm)
     try:
@@ -132,6 +144,11 @@ def run_main(bench: BenchSpec, argv: Sequence[str], engine_factory: EngineFactor
                                 progress=not args.no_progress)
     finally:
         signal.signal(signal.SIGTERM, old_handler)
+    return _finish(outcome, output, args)
+
+
+def _finish(outcome: Any, output: Path, args: argparse.Namespace) -> int:
+    """After a run: say what was kept (exit 130 when interrupted) or print the summary (exit 0)."""
     records = read_results(output)
     if outcome.interrupted:
         print(f"interrupted: {len(outcome.new)} generations finished in this run; {len(records)} in total kept "
