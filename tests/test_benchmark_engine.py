@@ -200,6 +200,6 @@ def test_result_config_names_the_gpu_paths_on_cuda_only():
     cpu = run_config(p.parse_args([]))
     assert "gpu" not in cpu and cpu["backend"] == "cpu"  # cpu result files of earlier runs still resume
     cuda = run_config(p.parse_args(["--backend", "cuda", "--gpu-prefill", "graph", "--gpu-draft-weights", "int8"]))
-    assert cuda["gpu"] == {"fast_verify": False, "gpu_gemv": "auto", "gpu_draft_gemv": "auto", "gpu_draft_step": "kernels",
+    assert cuda["gpu"] == {"fast_verify": False, "gpu_gemv": "auto", "gpu_draft_gemv": "auto",
                            "gpu_draft_weights": "int8", "gpu_prefill": "graph"}
     assert {k: v for k, v in cuda.items() if k != "gpu"} == {**cpu, "backend": "cuda"}
