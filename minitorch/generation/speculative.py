@@ -129,8 +129,10 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     with timer("prefill"):
         feats = None
         if len(prompt) > 1:  # only fills the cache; skip the vocab projection
-            out_ = target(prompt[:-1], cache, last_n=1, return_hidden=wants_feats)
-            feats = out_[1] if wants_feats else None
+            if wants_feats:
+                feats = target(prompt[:-1], cache, last_n=1, return_hidden=True)[1]
+            else:
+                target(prompt[:-1], cache, last_n=1)
         drafter.start(prompt, max_len, vocab)
         if feats is not None:
             drafter.observe(feats)  # features of positions 0 .. len(prompt) - 2
