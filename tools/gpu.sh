@@ -11,6 +11,8 @@
 #   bash tools/gpu.sh ab          tools/ab_steps.py over $BASE and this tree in one call (step / verify / engine)
 #   bash tools/gpu.sh bench-real  the real pair: GSM8K first 20 with the defaults and with --gpu-gemv ours, MATH-500
 #                                 first 20 (results and summaries in $OUT)
+#   bash tools/gpu.sh ray         the real pair, GSM8K first 20 plain and with --ray in one call (records equal?
+#                                 tokens/s of both); ray staged first, see the mode
 #   bash tools/gpu.sh bench-ab    the real pair, GSM8K first 20 with the defaults in $BASE and in this tree, one call:
 #                                 tokens/s of both and whether every text is the same
 #
@@ -101,8 +103,32 @@ same = sum(a[k]["text"] == b[k]["text"] for k in a if k in b)
 print(f"bench-ab: {same} of {len(a)} texts identical ({len(b)} in the new run)")
 PY
   ;;
+ray)
+  # --ray against a plain run of the same benchmark, one call: texts equal and speed within noise. Ray (79 MB) does
+  # not fit one call: split it (split -b 40000000 ray-*.whl .raywhl/p/ray.), one call a piece copying it into
+  # /root/raystage, then carry .raywhl/deps (jsonschema, jsonschema-specifications, referencing, rpds-py) and
+  # .raywhl/sha (the wheel's sha256) with this mode.
+  real_env
+  W=/tmp/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl
+  cat /root/raystage/ray.* > $W && echo "$(cat .raywhl/sha)  $W" | sha256sum -c - && python3 -m pip install -q --no-index \
+    --no-deps --no-compile --no-cache-dir --target /tmp/site .raywhl/deps/*.whl $W || { echo "ray not staged"; exit 2; }
+  PAT=$PG TAILN=8 run gsm8k_plain 200 python3 project/benchmark_gsm8k.py $B -o "$OUT/gsm8k_plain.jsonl"
+  PAT="ray:|$PG" TAILN=8 run gsm8k_ray 200 python3 project/benchmark_gsm8k.py $B --ray -o "$OUT/gsm8k_ray.jsonl"
+  python3 - "$OUT/gsm8k_plain.jsonl" "$OUT/gsm8k_ray.jsonl" <<'PY'
+import json, sys
+V = {'time_s', 'tokens_per_s', 'stats', 'finished_at', 'shard', 'predicted_speedup'}
+def load(p):
+    rs = [r for r in map(json.loads, filter(str.strip, open(p))) if 'mode' in r]
+    return rs, sorted(({k: v for k, v in r.items() if k not in V} for r in rs), key=lambda r: (r['index'], r['mode']))
+def tps(rs, m):
+    return sum(r['generated_tokens'] for r in rs if r['mode'] == m) / sum(r['time_s'] for r in rs if r['mode'] == m)
+(ra, a), (rb, b) = load(sys.argv[1]), load(sys.argv[2])
+print(f"ray-vs-plain: {len(a)} {len(b)} {'EQUAL' if a == b else 'DIFFER'}; spec tok/s plain {tps(ra, 'spec'):.1f} "
+      f"ray {tps(rb, 'spec'):.1f}; target plain {tps(ra, 'target'):.1f} ray {tps(rb, 'target'):.1f}")
+PY
+  ;;
 *)
-  sed -n '2,20p' "$0"; exit 2
+  sed -n "2,24p" "$0"; exit 2
   ;;
 esac
 log done

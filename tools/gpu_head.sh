@@ -5,8 +5,9 @@
 #                                    CUDA-graph path, speculative mode = the target's text), kept in /root/gen for
 #                                    the next call and copied to $OUT/train_gen.jsonl (commit it under data/)
 #   bash tools/gpu_head.sh train     train a head with --backend cuda on GSM8K train (+ /root/gen's answers), then
-#                                    its acceptance on GSM8K test first 5 (CPU engine on the CUDA backend, float32);
-#                                    the head (float16) and its report to $OUT
+#                                    its acceptance on GSM8K test first 5 (CPU engine on the CUDA backend, float32)
+#                                    and the 0.5B draft's on the same engine; the head (float16, in 15 MB parts:
+#                                    `cat head.safetensors.part* > head.safetensors`) and its report to $OUT
 set -u
 OUT="${OUT:-/tmp/gpu}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MINITORCH_SPEC_CACHE=/root/cache
@@ -29,14 +30,19 @@ train)
   GEN=(); [ -f /root/gen/train_gen.jsonl ] && GEN=(--generated /root/gen/train_gen.jsonl)
   log "train"
   python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" \
-    --epochs "${EPOCHS:-2}" --tokens-per-step 8192 --lr "${LR:-1e-3}" --eval-every 50 --save-every 50 \
-    --time-limit "${TRAIN_LIMIT:-330}" --output /root/head --quiet 2>&1 | tee "$OUT/train.log" | tail -25
-  cp /root/head/head.safetensors /root/head/head.json /root/head/report.json /root/head/loss.png "$OUT/" 2>/dev/null
+    --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
+    --time-limit "${TRAIN_LIMIT:-420}" --output /root/head --quiet 2>&1 | tee "$OUT/train.log" | tail -25
+  split -b 15000000 -d -a 1 /root/head/head.safetensors "$OUT/head.safetensors.part"  # 16 MiB a file comes back
+  cp /root/head/head.json /root/head/report.json /root/head/loss.png "$OUT/" 2>/dev/null
   log "acceptance"
   timeout "${EVAL_LIMIT:-200}" python3 project/benchmark_gsm8k.py --backend cuda --dtype float32 --drafter head \
     --head /root/head --gamma 4 --limit "${EVAL_N:-5}" --max-new-tokens 256 --modes spec --no-plots --no-progress \
-    -o "$OUT/gsm8k_head_eager.jsonl" > "$OUT/eval.log" 2>&1; echo "eval rc=$?"
+    -o /tmp/gsm8k_head_eager.jsonl > "$OUT/eval.log" 2>&1; echo "eval rc=$?"
   tail -14 "$OUT/eval.log"
+  log "the 0.5B draft model, same engine"
+  timeout 100 python3 project/benchmark_gsm8k.py --backend cuda --dtype float32 --drafter model --gamma 4 --draft-extend 0 \
+    --limit "${EVAL_N:-5}" --max-new-tokens 256 --modes spec --no-plots --no-progress -o /tmp/gsm8k_draft_eager.jsonl \
+    > /tmp/eval_draft.log 2>&1; echo "rc=$?"; tail -8 /tmp/eval_draft.log
   ;;
 *) sed -n '2,10p' "$0"; exit 2;;
 esac
