@@ -97,6 +97,8 @@ def run_config(args: argparse.Namespace) -> dict[str, Any]:
               "draft": str(args.draft) if args.drafter == "model" else None, "gamma": args.gamma,
               "adaptive_gamma": bool(args.adaptive_gamma), "temperature": args.temperature, "top_k": args.top_k,
               "top_p": args.top_p, "seed": args.seed, "backend": args.backend, "dtype": args.dtype}
+    if args.drafter == "head":  # which head drafted (its folder; the cache's default for the target when not given)
+        config["head"] = str(args.head) if getattr(args, "head", None) else "default"
     if getattr(args, "draft_extend", 0):  # only when on, so earlier result files still resume
         config["draft_extend"] = args.draft_extend
     if args.backend == "cuda":  # which GPU paths ran; the cpu's settings stay as before, so its old results resume
