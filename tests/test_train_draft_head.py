@@ -102,10 +102,13 @@ def test_labels_shifted_by_one_position_do_not_train_a_drafter(setup, trained, m
     out = _train(root, "shifted", "--epochs", "8")
     top1 = {name: json.loads((p / "report.json").read_text())["evals"][-1]["top1"] for name, p in
             (("good", trained[1]), ("bad", out))}
-    assert top1["bad"] < top1["good"] - 0.1, top1
+    # a random target's text repeats itself, so even the wrong label carries some signal: the bar is relative
+    # (seen: top-1 0.12-0.13 against 0.23-0.32, acceptance 0.11-0.13 against 0.20)
+    assert top1["bad"] < 0.7 * top1["good"], top1
     good = _acceptance(model, tok, trained[0], rows)
     bad = _acceptance(model, tok, load_head(out, model), rows)
-    assert bad < good - 0.03, (bad, good)
+    assert bad < 0.8 * good, (bad, good)
+    print(f"top-1 {top1}, acceptance good {good:.3f} shifted {bad:.3f}")
 
 
 def _cat_last(a, b):
