@@ -16,7 +16,7 @@
 #   bash tools/gpu.sh bench-ab    the real pair, GSM8K first 20 with the defaults in $BASE and in this tree, one call:
 #                                 tokens/s of both and whether every text is the same
 #
-# The real pair: ../shared/tools/stage_weights.sh carries the GGUF files over (its header gives the calls; `join`
+# The real pair: the workplace staging tool (stage_weights.sh, run on the developer machine) carries the GGUF files over (its header gives the calls; `join`
 # rebuilds them in /root/cache); carry .whl (the gguf and math-verify wheels) with the bench modes.
 set -u
 OUT="${OUT:-/tmp/gpu}"; mkdir -p "$OUT"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The draft head on the GPU machine (real pair staged in /root/cache by ../shared/tools/stage_weights.sh; carry .whl
+# The draft head on the GPU machine (real pair staged in /root/cache by the workplace staging tool (stage_weights.sh, run on the developer machine); carry .whl
 # and the built minitorch/cuda_kernels). Modes, one device call each:
 #   bash tools/gpu_head.sh gen N     the target's own greedy answers to the first N GSM8K *train* problems (the
 #                                    CUDA-graph path, speculative mode = the target's text), kept in /root/gen for
