@@ -90,9 +90,21 @@ _I32, _F32, _I8 = ir.IntType(32), ir.FloatType(), ir.IntType(8)
 _VF, _VI, _VB = ir.VectorType(_F32, 16), ir.VectorType(_I32, 16), ir.VectorType(_I8, 16)
 
 
-def _chunks(rows: int) -> int:
-    """16-lane chunks taken at once for `rows` rows: at least 8 independent chains where it fits."""
-    return 8 if rows == 1 else 4 if rows <= 3 else 2 if rows <= 7 else 1
+def host_avx512() -> bool:
+    """Whether the host CPU has AVX-512 (32 zmm registers, vpermps on 16 lanes). Without it (e.g. AMD Zen 3,
+    AVX2 only) LLVM splits each 16-lane vector into two 8-lane ymm halves and the x86 AVX-512 intrinsics
+    cannot be selected at all (LLVM aborts the process: "Do not know how to split the result of this
+    operator"), so the kernels below take generic IR there."""
+    import llvmlite.binding as ll
+
+    return bool(ll.get_host_cpu_features().get("avx512f", False))
+
+
+def _chunks(rows: int, wide: bool = True) -> int:
+    """16-lane chunks taken at once for `rows` rows: at least 8 independent chains where it fits. Without
+    AVX-512 a chunk is two ymm registers of 16, so half as many chunks keep the sums in registers."""
+    c = 8 if rows == 1 else 4 if rows <= 3 else 2 if rows <= 7 else 1
+    return c if wide else max(1, c // 2)
 
 
 def _vload(builder, base, off, vty, align=4):
@@ -106,6 +118,8 @@ def _vstore(builder, v, base, off, align=4):
 def _tile_codegen(act: str, bits: int):
     """IR body builder of a tile kernel: act "f32" (float activations, fma chains) or "i8" (int8
     activations, vpdpbusd), bits 4 (uint32 words of 8 nibbles) or 8 (int8 codes)."""
+
+    wide = host_avx512()
 
     def codegen(context, builder, sig, args):
         (acc_v, r0, rows, qt_v, w_off, sc_v, m_v, s_off, d_v, dmin_v, d_off, b0, b1, block, per, has_off,
@@ -132,6 +146,7 @@ def _tile_codegen(act: str, bits: int):
 
         table = ir.Constant(_VF, [ir.Constant(_F32, float(j)) for j in range(16)])
         nib = ir.Constant(_VI, [ir.Constant(_I32, 0x0F0F0F0F)] * 16)
+        low4 = ir.Constant(_VI, [ir.Constant(_I32, 15)] * 16)
         four = ir.Constant(_VI, [ir.Constant(_I32, 4)] * 16)
         flip = ir.Constant(ir.VectorType(_I8, 64), [ir.Constant(_I8, 0x80)] * 64)
         cat = ir.Constant(ir.VectorType(_I32, 32), [ir.Constant(_I32, j) for j in range(32)])
@@ -148,7 +163,7 @@ def _tile_codegen(act: str, bits: int):
                                           ir.Constant(ir.VectorType(_I32, 16), [ir.Constant(_I32, 0)] * 16))
 
         def body(R: int) -> None:
-            C = _chunks(R)
+            C = _chunks(R, wide)
             slots = [[cgutils.alloca_once(builder, acc_ty) for _ in range(C)] for _ in range(R)]
             slots2 = [[cgutils.alloca_once(builder, _VI) for _ in range(C)] for _ in range(R)]
             xrow = [builder.mul(builder.add(r0, c(r)), x_stride) for r in range(R)]
@@ -179,7 +194,10 @@ def _tile_codegen(act: str, bits: int):
                                     for j in range(C):
                                         idx = wvs[j] if sh == 0 else builder.lshr(
                                             wvs[j], ir.Constant(_VI, [ir.Constant(_I32, sh)] * 16))
-                                        code = builder.call(perm, [table, idx])
+                                        if wide:  # vpermps reads the low 4 bits of each index
+                                            code = builder.call(perm, [table, idx])
+                                        else:  # generic IR: mask, then an exact int -> float convert
+                                            code = builder.sitofp(builder.and_(idx, low4), _VF)
                                         for r in range(R):
                                             accs[r][j] = builder.call(fma_v, [code, xv[r], accs[r][j]])
                                 for r in range(R):
