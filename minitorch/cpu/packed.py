@@ -120,6 +120,7 @@ def _tile_codegen(act: str, bits: int):
     activations, vpdpbusd), bits 4 (uint32 words of 8 nibbles) or 8 (int8 codes)."""
 
     wide = host_avx512()
+    vnni_hw = has_vnni()
 
     def codegen(context, builder, sig, args):
         (acc_v, r0, rows, qt_v, w_off, sc_v, m_v, s_off, d_v, dmin_v, d_off, b0, b1, block, per, has_off,
@@ -136,7 +137,38 @@ def _tile_codegen(act: str, bits: int):
         mod = builder.module
         fma_v = cgutils.get_or_insert_function(mod, ir.FunctionType(_VF, [_VF, _VF, _VF]), "llvm.fma.v16f32")
         perm = cgutils.get_or_insert_function(mod, ir.FunctionType(_VF, [_VF, _VI]), "llvm.x86.avx512.permvar.sf.512")
-        vnni = cgutils.get_or_insert_function(mod, ir.FunctionType(_VI, [_VI, _VI, _VI]), "llvm.x86.avx512.vpdpbusd.512")
+        vnni512 = cgutils.get_or_insert_function(mod, ir.FunctionType(_VI, [_VI, _VI, _VI]), "llvm.x86.avx512.vpdpbusd.512")
+        _V32B, _V16H, _V8I = ir.VectorType(_I8, 32), ir.VectorType(ir.IntType(16), 16), ir.VectorType(_I32, 8)
+        maddubs = cgutils.get_or_insert_function(mod, ir.FunctionType(_V16H, [_V32B, _V32B]), "llvm.x86.avx2.pmadd.ub.sw")
+        maddwd = cgutils.get_or_insert_function(mod, ir.FunctionType(_V8I, [_V16H, _V16H]), "llvm.x86.avx2.pmadd.wd")
+        psign = cgutils.get_or_insert_function(mod, ir.FunctionType(_V32B, [_V32B, _V32B]), "llvm.x86.avx2.psign.b")
+        ones16 = ir.Constant(_V16H, [ir.Constant(ir.IntType(16), 1)] * 16)
+        halves = [ir.Constant(_V8I, [ir.Constant(_I32, 8 * h + j) for j in range(8)]) for h in (0, 1)]
+        whole = ir.Constant(ir.VectorType(_I32, 16), [ir.Constant(_I32, j) for j in range(16)])
+
+        def vnni(acc, w, xv):
+            """acc[i] += sum over the 4 bytes of lane i of u8(w) * s8(xv): vpdpbusd with AVX512-VNNI; else
+            (AVX2) per 8-lane half pmaddubsw (byte pairs into int16: a 4-bit code times |x| <= 127 cannot
+            saturate) then pmaddwd against ones (int16 pairs into int32). Integer and exact either way."""
+            if vnni_hw:
+                return builder.call(vnni512, [acc, w, xv])
+            parts = []
+            for h in halves:
+                wh = builder.bitcast(builder.shuffle_vector(w, w, h), _V32B)
+                xh = builder.bitcast(builder.shuffle_vector(xv, xv, h), _V32B)
+                parts.append(builder.call(maddwd, [builder.call(maddubs, [wh, xh]), ones16]))
+            return builder.add(acc, builder.shuffle_vector(parts[0], parts[1], whole))
+
+        def dot_signed(acc, w, xv):
+            """acc[i] += sum over the 4 bytes of lane i of s8(w) * s8(xv), AVX2 (8-bit codes): pmaddubsw of |w|
+            (<= 128, as u8) and xv with w's sign (|x| <= 127, so |pair| <= 32,512: no saturation)."""
+            parts = []
+            for h in halves:
+                wh = builder.bitcast(builder.shuffle_vector(w, w, h), _V32B)
+                xh = builder.bitcast(builder.shuffle_vector(xv, xv, h), _V32B)
+                aw = builder.call(psign, [wh, wh])  # |w| (-128 stays 0x80 = 128 as u8)
+                parts.append(builder.call(maddwd, [builder.call(maddubs, [aw, builder.call(psign, [xh, wh])]), ones16]))
+            return builder.add(acc, builder.shuffle_vector(parts[0], parts[1], whole))
         pf = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), _I32, _I32, _I32]),
                                             "llvm.prefetch.p0i8")
 
@@ -212,8 +244,10 @@ def _tile_codegen(act: str, bits: int):
                                     lo = builder.and_(wvs[j], nib)
                                     hi = builder.and_(builder.lshr(wvs[j], four), nib)
                                     for r in range(R):
-                                        builder.store(builder.call(vnni, [builder.load(slots[r][j]), lo, xlo[r]]), slots[r][j])
-                                        builder.store(builder.call(vnni, [builder.load(slots2[r][j]), hi, xhi[r]]), slots2[r][j])
+                                        builder.store(vnni(builder.load(slots[r][j]), lo, xlo[r]), slots[r][j])
+                                        # AVX2: one sum (its registers are fewer; integer sums are order-free)
+                                        s2 = slots2[r][j] if vnni_hw else slots[r][j]
+                                        builder.store(vnni(builder.load(s2), hi, xhi[r]), s2)
                     elif act == "f32":  # int8 codes, one input at a time
                         k0 = builder.mul(b, block)
                         with cgutils.for_range(builder, block) as kl:
@@ -242,11 +276,15 @@ def _tile_codegen(act: str, bits: int):
                                     builder.add(lane0, c(16 * j))), _VB, 1) for u in range(4)]
                                 lo2 = builder.shuffle_vector(parts[0], parts[1], cat)
                                 hi2 = builder.shuffle_vector(parts[2], parts[3], cat)
-                                wv = builder.bitcast(builder.xor(builder.shuffle_vector(lo2, hi2, inter), flip), _VI)
+                                wv = builder.shuffle_vector(lo2, hi2, inter)
+                                if vnni_hw:  # flipped to code + 128 (u8); 128 * sum(xq) comes off in the fold
+                                    wv = builder.bitcast(builder.xor(wv, flip), _VI)
+                                else:
+                                    wv = builder.bitcast(wv, _VI)
                                 for r in range(R):
                                     xv = builder.load(builder.gep(ptr["x"], [builder.add(xrow[r], q)]))
-                                    builder.store(builder.call(vnni, [builder.load(slots[r][j]), wv, splat(xv, _VI)]),
-                                                  slots[r][j])
+                                    fn = vnni if vnni_hw else dot_signed
+                                    builder.store(fn(builder.load(slots[r][j]), wv, splat(xv, _VI)), slots[r][j])
                     # fold the block in: acc += scale * part - offset * xs[r, b]  (int8: part = xd * float(isum))
                     s = builder.sdiv(b, per)
                     sb = builder.add(builder.add(s_off, builder.mul(b, c(TILE))), lane0)
@@ -264,7 +302,7 @@ def _tile_codegen(act: str, bits: int):
                             isums = [builder.load(slots[r][j]) for j in range(C)]
                             if bits == 4:
                                 isums = [builder.add(v, builder.load(slots2[r][j])) for j, v in enumerate(isums)]
-                            if bits == 8:
+                            if bits == 8 and vnni_hw:
                                 corr = builder.mul(builder.load(builder.gep(ptr["xqs"], [builder.add(srow[r], b)])),
                                                    ir.Constant(_I32, 128))
                                 isums = [builder.sub(v, splat(corr, _VI)) for v in isums]
@@ -424,8 +462,8 @@ def set_activations(mode: str) -> str:
     "int8": VNNI integer products for 4-bit weights); returns the previous mode."""
     if mode not in ACTIVATIONS:
         raise ValueError(f"packed activations must be one of {', '.join(ACTIVATIONS)}, got {mode!r}")
-    if mode == "int8" and not has_vnni():
-        raise ValueError("int8 activations need a CPU with AVX512-VNNI")
+    if mode == "int8" and not int8_supported():
+        raise ValueError("int8 activations need an x86 CPU with AVX2 (or AVX512-VNNI)")
     old, _mode["activations"] = _mode["activations"], mode
     return old
 
@@ -435,9 +473,18 @@ def get_activations() -> str:
 
 
 def has_vnni() -> bool:
+    """AVX512-VNNI (vpdpbusd on 16 int32 lanes; with AVX-512 itself)."""
     import llvmlite.binding as ll
 
-    return bool(ll.get_host_cpu_features().get("avx512vnni", False))
+    f = ll.get_host_cpu_features()
+    return bool(f.get("avx512vnni", False) and f.get("avx512f", False) and f.get("avx512bw", False))
+
+
+def int8_supported() -> bool:
+    """Whether the int8-activation kernel runs here: AVX512-VNNI, or AVX2 (pmaddubsw + pmaddwd)."""
+    import llvmlite.binding as ll
+
+    return has_vnni() or bool(ll.get_host_cpu_features().get("avx2", False))
 
 
 @njit(cache=True)
