@@ -41,7 +41,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help=f"draft model for --drafter model: registry name, folder or GGUF file (default {DEFAULT_DRAFT})")
     g.add_argument("--drafter", choices=("model", "ngram", "head"), default="model",
                    help="who proposes tokens: the draft model, prompt lookup (n-gram match, no second model), or a "
-                   "draft head trained for the target (project/train_draft_head.py; CPU engine)")
+                   "draft head trained for the target (project/train_draft_head.py)")
     g.add_argument("--head", default=None, metavar="DIR",
                    help="the draft head's folder for --drafter head (default: the cache's head for this target)")
     g.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
@@ -199,7 +199,7 @@ class Models:
     load_seconds: float
     draft_vocab: int = 0  # --draft-vocab (0: the whole shared vocabulary)
     draft_extend: int = 0  # --draft-extend: prompt-lookup tokens after the model's
-    head: Any = None  # a DraftHead for --drafter head
+    head: Any = None  # --drafter head: a DraftHead (CPU engine) or its HeadDecoder (CUDA-graph path)
     on_gpu_graphs: bool = False  # target and draft are CudaDecoders (minitorch/generation/cuda.py runs them)
 
     def make_drafter(self, kind: str, draft_vocab: int | None = None, steps: int | None = None) -> Any:
@@ -213,6 +213,10 @@ class Models:
         if kind == "head":
             if self.head is None:
                 raise UserError("no draft head is loaded (start with --drafter head)")
+            if self.on_gpu_graphs:  # the head's GPU decoder (minitorch/cuda/head.py) over the target decoder
+                from minitorch.generation.cuda import HeadGpuDrafter
+
+                return HeadGpuDrafter(self.head)
             from minitorch.generation.head_drafter import HeadDrafter
 
             return HeadDrafter(self.head, self.target)
@@ -252,9 +256,6 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
     from minitorch.models import check_compatible, load_model
 
     if graph_decoders(args):
-        if getattr(args, "drafter", "model") == "head":
-            raise UserError("--drafter head runs on the CPU engine (--backend cpu, or --backend cuda --dtype float32): "
-                            "the CUDA-graph path has no head drafter yet")
         return load_gpu_decoders(args, need_draft, progress)
     backend = get_backend(args.backend)
     t0 = time.perf_counter()
@@ -323,8 +324,11 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
 
         gemv = "tc" if tensor_cores_supported() else "ours"
 
-    def decoder(name: str, kind: str, int8: str = "bf16") -> tuple[Any, Any]:
+    loaded: dict[str, Any] = {}  # the CPU models the decoders were built from, while a draft head needs its target
+
+    def decoder(name: str, kind: str, int8: str = "bf16", role: str = "draft") -> tuple[Any, Any]:
         model, tok = load_model(name, backend=FastBackend, dtype="float32", progress=progress, weights="float32")
+        loaded[role] = model
         limit = int(getattr(model.config, "max_position_embeddings", 0) or GPU_MAX_LEN)
         kw = dict(max_len=min(limit, GPU_MAX_LEN), gemv=kind,
                   graph_prefill=getattr(args, "gpu_prefill", "graph") == "graph")
@@ -336,25 +340,43 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
         except ValueError as e:  # a setting this model or GPU cannot run (8-bit rows, tensor cores): one line
             raise UserError(f"{name} on the GPU: {e}") from None
 
-    target, tok = decoder(args.target, gemv)
+    target, tok = decoder(args.target, gemv, role="target")
+    target_model = loaded.pop("target")
+    # the draft's (and a draft head's) bits never reach the output (the target's verify decides every token), so
+    # it runs the fastest kernels at each step size whatever the target's exact mode
+    dgemv = getattr(args, "gpu_draft_gemv", "auto")
+    if gemv == "ours1":
+        dgemv = "ours1"
+    elif dgemv == "auto":
+        from minitorch.cuda.launch import tensor_cores_supported
+
+        dgemv = "ourstc" if tensor_cores_supported() else "ours"
+    head = None
+    if getattr(args, "drafter", "model") == "head":
+        head = load_gpu_head(args, target_model, target, dgemv)
+    del target_model
     draft = None
     if need_draft if need_draft is not None else args.drafter == "model":
-        # the draft's bits never reach the output (the target's verify decides every token), so it runs the
-        # fastest kernels at each step size whatever the target's exact mode
         int8 = getattr(args, "gpu_draft_weights", "auto")
-        dgemv = getattr(args, "gpu_draft_gemv", "auto")
-        if gemv == "ours1":
-            dgemv = "ours1"
-        elif dgemv == "auto":
-            from minitorch.cuda.launch import tensor_cores_supported
-
-            dgemv = "ourstc" if tensor_cores_supported() else "ours"
         draft, draft_tok = decoder(args.draft, dgemv, int8=int8)
         check_compatible(draft_tok, tok)
     vocab = min(target.V, draft.V if draft is not None else target.V, int(tok.vocab_size))
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab, stop_ids=set(tok.stop_token_ids),
                   load_seconds=time.perf_counter() - t0, on_gpu_graphs=True,
-                  draft_extend=getattr(args, "draft_extend", 0))
+                  draft_extend=getattr(args, "draft_extend", 0), head=head)
+
+
+def load_gpu_head(args: argparse.Namespace, target_model: Any, target: Any, gemv: str) -> Any:
+    """--drafter head on the CUDA-graph path: the head for the target (load_head_for: one line when missing or
+    another target's) held on the GPU by a HeadDecoder over the target decoder (shared embedding and LM head)."""
+    from minitorch.cuda.decoder import weights_from_model
+    from minitorch.cuda.head import HeadDecoder
+
+    head = load_head_for(args, target_model)
+    try:
+        return HeadDecoder(head.config, weights_from_model(head), target, gemv=gemv)
+    except ValueError as e:
+        raise UserError(f"the draft head on the GPU: {e}") from None
 
 
 WARM_PROMPT_TOKENS = 128  # long enough for every prefill path: more than 16 rows (the packed kernel's
@@ -387,7 +409,7 @@ def warm_up(models: Models, prompt_ids: Sequence[int] | None = None, cfg: Any = 
             generate(model, ids, 3, cfg, vocab_size=models.vocab_size)
     if spec:
         speculative(models.target, spec_drafter, ids, new, cfg, gamma=total, vocab_size=models.vocab_size)
-        if models.on_gpu_graphs and kind == "model":  # the graphs of a run's last, shorter rounds too
+        if models.on_gpu_graphs and kind in ("model", "head"):  # the graphs of a run's last, shorter rounds too
             from minitorch.generation.cuda import capture_speculative_graphs
 
             capture_speculative_graphs(models.target, spec_drafter, ids, total, cfg, vocab_size=models.vocab_size)

@@ -470,10 +470,15 @@ class CudaDecoder:
 
     def _head(self, T: int, all_logits: bool, advance: bool, delta: Optional[Any]) -> None:
         """The final norm (unless delta is _NORMED), the LM head, the token choice, the position advance."""
+        r0 = 0 if all_logits else T - 1
+        self._normed_proj(delta, self.final_norm, self.lm_head, T, self.nv, r0=r0, yf=self.logits)
+        self._choose(T, all_logits, advance)
+
+    def _choose(self, T: int, all_logits: bool, advance: bool) -> None:
+        """After the LM head wrote logits rows (all T, or the last one): argmax or sampling, the position advance."""
         k, i32 = self.k, np.int32
         r0 = 0 if all_logits else T - 1
         rows = T - r0
-        self._normed_proj(delta, self.final_norm, self.lm_head, T, self.nv, r0=r0, yf=self.logits)
         if self.sampling is None:
             nch, chunk = argmax_plan(self.nv)
             k.launch("argmax_partial_f32", (nch, rows), (256,), (self.logits, self.am_v, self.am_i, i32(self.nv), i32(chunk)))
@@ -562,17 +567,21 @@ class CudaDecoder:
         draft steps in order, with no host synchronisation between them)."""
         self.stream = other.stream
 
-    def prefill(self, prompt: List[int], chunk: Optional[int] = None) -> int:
-        """Run the prompt from position 0; returns the greedy next token."""
+    def prefill(self, prompt: List[int], chunk: Optional[int] = None, after_chunk: Any = None) -> int:
+        """Run the prompt from position 0; returns the greedy next token. after_chunk(s, m), when given, is
+        called after each chunk of m tokens from prompt index s is enqueued (a draft head reads the chunk's
+        final normed hidden states, xn[0:m], on the same stream)."""
         self.set_position(0)
         chunk = chunk or self.max_tokens
         for s in range(0, len(prompt), chunk):
             part = prompt[s:s + chunk]
             self.run(part, all_logits=False, advance=True)
+            if after_chunk is not None:
+                after_chunk(s, len(part))
         self.stream.synchronize()
         return int(self.tokens[:1].get()[0])
 
-    def fill_cache(self, prompt: List[int]) -> None:
+    def fill_cache(self, prompt: List[int], after_chunk: Any = None) -> None:
         """Cache the prompt's keys and values at positions 0..len-1 and leave the position at len(prompt),
         without a next token (the caller sets the next step's input). Each chunk of up to max_tokens tokens
         runs as ONE captured graph of max_tokens rows, the chunk padded with its last token: an eager step
@@ -584,7 +593,8 @@ class CudaDecoder:
         of at most 16 rows in the exact modes an eager prefill's bits, since a token's products there do not
         depend on the row count (tests/test_cuda_prefill.py, passed on the H200); longer chunks run cuBLAS,
         whose rounding may depend on the row count, so a near-tie may later resolve differently than after an
-        eager prefill of another chunk size (3 of 20 GSM8K target texts in round 10)."""
+        eager prefill of another chunk size (3 of 20 GSM8K target texts in round 10). after_chunk(s, m): as in
+        prefill (xn[0:m] holds the chunk's real rows' final normed hidden states)."""
         B = self.max_tokens
         self.set_position(0)
         for s in range(0, len(prompt), B):
@@ -593,6 +603,8 @@ class CudaDecoder:
                 self.run(part + part[-1:] * (B - len(part)), all_logits=False, advance=True, graph=True)
             else:
                 self.run(part, all_logits=False, advance=True)
+            if after_chunk is not None:
+                after_chunk(s, len(part))
         self.set_position(len(prompt))  # the last chunk advanced by its padded length
         self.stream.synchronize()
 

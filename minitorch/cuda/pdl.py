@@ -24,6 +24,7 @@ PDL_KERNELS = frozenset({
     "embedding_bf16_f32", "add_rmsnorm_bf16", "qkv_rope_append_bf16", "qkv_rope_append_il_bf16",
     "attn_partial_bf16", "attn_partial_bf16_d64", "attn_partial_bf16_d128", "attn_combine_bf16",
     "gate_up_silu_bf16", "gate_up_silu_il_bf16", "argmax_partial_f32", "argmax_final", "decode_advance",
+    "head_input_bf16", "head_feature_bf16",
 })
 _ATTR_CLUSTER_DIMENSION = 4  # CUlaunchAttributeID (cuda.h)
 _ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6

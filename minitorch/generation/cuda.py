@@ -26,8 +26,10 @@ target's input instead, and the acceptance rule treats them as point masses (q =
 
 Drafters on this path share one protocol, `GpuDrafter` (below): `DecoderDrafter(decoder, propose_vocab,
 lookup_steps)` is the draft model (a CudaDecoder; --draft-vocab, --draft-extend), `HostDrafter(drafter)` any
-host drafter (prompt lookup). A new drafter (a trained head on the device) implements the same five methods;
-speculative_generate_cuda never asks which kind it drives.
+host drafter (prompt lookup), `HeadGpuDrafter(head_decoder)` a trained draft head on the device (minitorch/cuda/head.py:
+its first step of a round reads the target's final normed hidden states of the verified rows straight from the
+target decoder's buffer, then it drafts from its own features); speculative_generate_cuda never asks which kind it
+drives.
 
 Exactness: greedy speculative output equals greedy autoregressive output when the verify step computes
 the decode steps' logits bit for bit (CudaDecoder(gemv="tc" or "ours")); "ours1" (--fast-verify) verifies with
@@ -66,15 +68,17 @@ def _set_sampling(dec: Any, cfg: SamplingConfig, stream: int) -> None:
     dec.set_sampling(cfg.temperature, cfg.top_k, cfg.top_p, seed)
 
 
-def _prefill_all_but_last(dec: Any, prompt: list[int]) -> None:
+def _prefill_all_but_last(dec: Any, prompt: list[int], after_chunk: Any = None) -> None:
     """Cache every prompt token but the last, which becomes the next step's input (the CPU engine's
     invariant: the cache holds the context except the pending token). A decoder with graph_prefill fills
-    its cache with padded graph steps (CudaDecoder.fill_cache), else eager prefill steps."""
+    its cache with padded graph steps (CudaDecoder.fill_cache), else eager prefill steps. after_chunk(s, m):
+    called after each chunk of m tokens from index s is enqueued (a draft head reads its features)."""
+    kw = {} if after_chunk is None else {"after_chunk": after_chunk}
     if len(prompt) > 1:
         if getattr(dec, "graph_prefill", False):
-            dec.fill_cache(prompt[:-1])
+            dec.fill_cache(prompt[:-1], **kw)
         else:
-            dec.prefill(prompt[:-1])
+            dec.prefill(prompt[:-1], **kw)
     else:
         dec.set_position(0)
     with dec.stream:
@@ -146,6 +150,11 @@ class GpuDrafter:
     def prepare(self, target: Any, vocab: int, cfg: SamplingConfig) -> None:
         """Before the prefill: the shared vocabulary, the sampling settings."""
 
+    def prefill_target(self, target: Any, prompt: list[int]) -> None:
+        """Fill the target's cache with the prompt but its last token (a drafter that reads the target's
+        features of the prompt interleaves its own steps with the target's chunks)."""
+        _prefill_all_but_last(target, prompt)
+
     def prefill(self, prompt: list[int], max_new_tokens: int, vocab: int) -> None:
         """Take the prompt (the target's cache is being filled meanwhile, on the same stream)."""
 
@@ -154,8 +163,17 @@ class GpuDrafter:
         own (the rest, g - gq, prompt lookup adds in the verify graph)."""
         raise NotImplementedError
 
+    def next_first_T(self, n: int, gq: int) -> int:
+        """After a round that accepted n drafts (gq of them the drafter's own): the tokens the next round's first
+        draft step feeds, passed to draft() as first_T. A draft decoder feeds [d_gq, accepted lookups, next]
+        when its own drafts were all accepted, else [next]."""
+        return n - gq + 2 if n >= gq else 1
+
     def emitted(self, tokens: list[int]) -> None:
         """The tokens a round emitted (accepted drafts, then the correction or bonus)."""
+
+    def capture(self, target: Any, gamma: int) -> None:
+        """Capture the drafter's graphs that short runs of every length leave uncaptured (capture_speculative_graphs)."""
 
 
 class DecoderDrafter(GpuDrafter):
@@ -193,6 +211,95 @@ class DecoderDrafter(GpuDrafter):
                 self.device.replay(1, all_logits=False, advance=True)
         return g, gq
 
+    def capture(self, target: Any, gamma: int) -> None:
+        # its first steps of 2..gamma - steps + 2 tokens (after a round that accepted its tokens and looked-up ones)
+        draft, steps = self.device, self.lookup_steps
+        draft.set_position(0)
+        for T in range(2, min((max(gamma - steps, 0) if steps else 0) + 2, draft.max_tokens) + 1):
+            draft.replay(T, all_logits=False, advance=True)
+
+
+class HeadGpuDrafter(GpuDrafter):
+    """A trained draft head on the device (minitorch/cuda/head.py HeadDecoder over the target decoder), the
+    CUDA-graph path's HeadDrafter (minitorch/generation/head_drafter.py: the same positions, features and
+    tokens). Head position t reads (f_t, x_{t+1}); with a context x_0..x_{n-1} (x_{n-1} pending) a round is
+
+        first step   the positions the last verify step accepted: T = n_accepted + 1 rows of the target's
+                     final normed hidden states (its xn rows, on the device) with the tokens that followed them
+                     (the accepted drafts and the correction or bonus: spec_out); its position rolled back to
+                     the target's less T first -> d_1 (after the prefill: one row, the prompt's last feature)
+        g - 1 steps  one row each: the head's own last feature g with the token it just drafted -> d_2..d_g
+
+    so its history and q ring are a draft decoder's (the verify graph gathers its drafts and reads its q rows as a
+    DecoderDrafter's). The prefill runs the head over the target's prefill chunks (their xn rows) for positions
+    0..n-3 and keeps f_{n-2} for the first round. A one-token prompt has no feature: its first round drafts
+    nothing (HeadDrafter proposes nothing there too). A round of g = 0 (only a run's last) skips the head."""
+
+    def __init__(self, head: Any) -> None:
+        self.device = head
+        self.lookup_steps = None
+        self._from_target = False  # the next first step reads the target's verify rows (else the head's own)
+        self._T = 1
+        self._skip = False  # no feature yet: draft nothing
+
+    def check(self, target: Any, prompt: list[int], max_new_tokens: int, limit: int) -> None:
+        head = self.device
+        if getattr(head, "target", target) is not target:
+            raise ValueError("the draft head's GPU decoder was built over another target decoder")
+        _check(head, prompt, max_new_tokens, limit + 2)
+        if head.max_tokens < limit + 1:  # its first step feeds up to gamma + 1 rows; its q ring holds gamma
+            raise ValueError("the draft head decoder's max_tokens is too small for this gamma")
+        head.share_stream(target)
+
+    def prepare(self, target: Any, vocab: int, cfg: SamplingConfig) -> None:
+        head = self.device
+        head.limit_vocab(min(vocab, head.V, head.head_vocab))  # q = 0 beyond head_vocab
+        _set_sampling(head, cfg, _DRAFT_STREAM)
+
+    def prefill_target(self, target: Any, prompt: list[int]) -> None:
+        head, n = self.device, len(prompt)
+        self._from_target, self._T, self._skip = False, 1, n < 2
+        head.set_position(0)
+        if n < 2:
+            _prefill_all_but_last(target, prompt)
+            return
+        B = head.max_tokens
+
+        def chunk(s: int, m: int) -> None:  # target xn[0:m] = f_s .. f_{s+m-1}
+            rows = min(m, n - 2 - s)  # head positions s .. n-3 read the target's features and prompt[p + 1]
+            for r in range(0, max(rows, 0), B):
+                k = min(B, rows - r)
+                head.feed_rows(target.xn[r:r + k], prompt[s + 1 + r:s + 1 + r + k])
+            if s + m - 1 == n - 2:  # the last chunk: f_{n-2} and the pending token feed the first round
+                head.set_feature(target.xn[m - 1], prompt[n - 1])
+
+        _prefill_all_but_last(target, prompt, after_chunk=chunk)
+        head.set_position(n - 2)
+
+    def draft(self, target: Any, g: int, first_T: int, cfg: SamplingConfig) -> tuple[int, int]:
+        if g <= 0 or self._skip:
+            return 0, 0
+        head = self.device
+        if self._from_target:
+            head.feed("round", self._T)
+        else:
+            head.feed("self", 1)
+        for _ in range(g - 1):
+            head.feed("self", 1)
+        return g, g
+
+    def next_first_T(self, n: int, gq: int) -> int:
+        self._from_target, self._T, self._skip = True, n + 1, False
+        return n + 1
+
+    def capture(self, target: Any, gamma: int) -> None:
+        # a round's first step for every accepted count 0..gamma (the short runs see few of them); the head's
+        # cache and position are garbage afterwards (the next run prefills anew)
+        target.stream.synchronize()
+        if int(target.pos.get(stream=target.stream)[0]) >= gamma + 1:  # the rolled-back position stays >= 0
+            for T in range(1, min(gamma + 1, self.device.max_tokens) + 1):
+                self.device.feed("round", T)
+
 
 class HostDrafter(GpuDrafter):
     """A host drafter (NGramDrafter, or anything with start / propose): its tokens are written into the target's
@@ -224,10 +331,13 @@ class HostDrafter(GpuDrafter):
 
 
 def as_gpu_drafter(drafter: Any) -> GpuDrafter:
-    """A GpuDrafter as it is; a host drafter (has `propose`) -> HostDrafter; a draft CudaDecoder ->
-    DecoderDrafter over the whole shared vocabulary, without lookup."""
+    """A GpuDrafter as it is; a host drafter (has `propose`) -> HostDrafter; a draft head's decoder
+    (minitorch/cuda/head.py HeadDecoder) -> HeadGpuDrafter; a draft CudaDecoder -> DecoderDrafter over the whole
+    shared vocabulary, without lookup."""
     if isinstance(drafter, GpuDrafter):
         return drafter
+    if hasattr(drafter, "head_vocab") and hasattr(drafter, "feed"):
+        return HeadGpuDrafter(drafter)
     return HostDrafter(drafter) if hasattr(drafter, "propose") else DecoderDrafter(drafter)
 
 
@@ -281,12 +391,7 @@ def capture_speculative_graphs(target: Any, drafter: Any, prompt_ids: Sequence[i
     drafter = as_gpu_drafter(drafter)
     for m in range(1, gamma + 2):
         speculative_generate_cuda(target, drafter, prompt_ids, m, cfg, gamma=gamma, vocab_size=vocab_size)
-    draft, steps = drafter.device, drafter.lookup_steps
-    if draft is None:  # a host drafter: no draft graphs
-        return
-    draft.set_position(0)
-    for T in range(2, min((max(gamma - steps, 0) if steps else 0) + 2, draft.max_tokens) + 1):
-        draft.replay(T, all_logits=False, advance=True)
+    drafter.capture(target, gamma)
     target.stream.synchronize()
 
 
@@ -324,7 +429,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     st = SpecStats()
     t0 = time.perf_counter()
     with st.timer("prefill"):
-        _prefill_all_but_last(target, prompt)
+        drafter.prefill_target(target, prompt)
         drafter.prefill(prompt, max_new_tokens, vocab)
         stream.synchronize()
     if steps:  # the context prompt lookup searches (kernels/lookup.cu), grown on the device each round
@@ -353,7 +458,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         drafter.emitted(out[len(out) - n_emit:])
         if on_tokens is not None:
             on_tokens(out[len(out) - n_emit:])
-        first_T = n - gq + 2 if n >= gq else 1  # the draft feeds [d_gq, accepted lookups, next] or [next]
+        first_T = drafter.next_first_T(n, gq)  # a draft decoder feeds [d_gq, accepted lookups, next] or [next]
         if adaptive_gamma:
             g_now = min(next_gamma(g_now, g, n), limit)  # next_gamma stays within 1..MAX_ADAPTIVE_GAMMA
     stats = st.as_dict(time.perf_counter() - t0)
