@@ -8,6 +8,12 @@
 #                                    its acceptance on GSM8K test first 5 (CPU engine on the CUDA backend, float32)
 #                                    and the 0.5B draft's on the same engine; the head (float16, in 15 MB parts:
 #                                    `cat head.safetensors.part* > head.safetensors`) and its report to $OUT
+#   bash tools/gpu_head.sh tests     the head on the CUDA-graph path against the CPU HeadDrafter:
+#                                    pytest -m gpu tests/test_cuda_head_drafter.py (junit XML in $OUT; carry nothing)
+#   bash tools/gpu_head.sh bench [G] the head on the CUDA-graph path (bf16, --drafter head) and the default 0.5B draft,
+#                                    GSM8K first ${BENCH_N:-20}, gamma G (default 4), one call: tokens/s, acceptance,
+#                                    identical texts. The head: $HEAD_DIR, else /root/head from an earlier `train` call
+#                                    on this machine, else one trained here first (TRAIN_LIMIT, default 200 s)
 set -u
 OUT="${OUT:-/tmp/gpu}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MINITORCH_SPEC_CACHE=/root/cache
@@ -44,6 +50,43 @@ train)
     --limit "${EVAL_N:-5}" --max-new-tokens 256 --modes spec --no-plots --no-progress -o /tmp/gsm8k_draft_eager.jsonl \
     > /tmp/eval_draft.log 2>&1; echo "rc=$?"; tail -8 /tmp/eval_draft.log
   ;;
-*) sed -n '2,10p' "$0"; exit 2;;
+tests)
+  log "tests"
+  timeout "${TEST_LIMIT:-560}" python3 -m pytest -m gpu -q -x tests/test_cuda_head_drafter.py \
+    --junitxml="$OUT/junit_head.xml" > "$OUT/tests.log" 2>&1; echo "tests rc=$?"
+  tail -25 "$OUT/tests.log"
+  ;;
+bench)
+  G="${2:-4}"; HEAD="${HEAD_DIR:-/root/head}"
+  if [ ! -f "$HEAD/head.safetensors" ]; then
+    log "no head in $HEAD: training one (${TRAIN_LIMIT:-200} s)"
+    GEN=(); [ -f /root/gen/train_gen.jsonl ] && GEN=(--generated /root/gen/train_gen.jsonl)
+    python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" \
+      --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
+      --time-limit "${TRAIN_LIMIT:-200}" --output "$HEAD" --quiet > "$OUT/train.log" 2>&1; echo "train rc=$?"
+    tail -6 "$OUT/train.log"
+  fi
+  for kind in head model; do
+    log "GSM8K first ${BENCH_N:-20}, --backend cuda --drafter $kind --gamma $G"
+    EXTRA=(); [ "$kind" = head ] && EXTRA=(--head "$HEAD")
+    timeout "${BENCH_LIMIT:-170}" python3 project/benchmark_gsm8k.py --limit "${BENCH_N:-20}" --backend cuda \
+      --drafter "$kind" "${EXTRA[@]}" --gamma "$G" --no-plots --no-progress -o "$OUT/gsm8k_$kind.jsonl" \
+      > "$OUT/bench_$kind.log" 2>&1; echo "bench $kind rc=$?"
+    tail -16 "$OUT/bench_$kind.log"
+  done
+  python3 - "$OUT/gsm8k_head.jsonl" "$OUT/gsm8k_model.jsonl" <<'PY' || true
+import json, sys
+def texts(p):
+    try:
+        rows = [json.loads(l) for l in open(p)]
+    except OSError:
+        return {}
+    return {(r.get("id"), r.get("mode")): r.get("text", r.get("output")) for r in rows}
+a, b = texts(sys.argv[1]), texts(sys.argv[2])
+same = [k for k in a if k in b and a[k] == b[k]]
+print(f"texts identical between the head and the 0.5B runs: {len(same)} of {len(set(a) & set(b))} (greedy: all expected)")
+PY
+  ;;
+*) sed -n '2,16p' "$0"; exit 2;;
 esac
 log done
