@@ -95,9 +95,21 @@ def host_avx512() -> bool:
     AVX2 only) LLVM splits each 16-lane vector into two 8-lane ymm halves and the x86 AVX-512 intrinsics
     cannot be selected at all (LLVM aborts the process: "Do not know how to split the result of this
     operator"), so the kernels below take generic IR there."""
+    return "avx512f" in _isa()
+
+
+def _isa() -> set[str]:
+    """The host's instruction-set features the kernels choose by (llvmlite's view of the CPU). Setting
+    MINITORCH_CPU_ISA=avx2 takes the AVX2 paths on an AVX-512 machine too, so that one box can test both
+    (tests/test_packed_isa.py); numba's cache keys on the source, so use a fresh NUMBA_CACHE_DIR with it."""
+    import os
+
     import llvmlite.binding as ll
 
-    return bool(ll.get_host_cpu_features().get("avx512f", False))
+    have = {k for k, v in ll.get_host_cpu_features().items() if v}
+    if os.environ.get("MINITORCH_CPU_ISA", "").lower() == "avx2":
+        have = {k for k in have if not k.startswith("avx512") and not k.startswith("amx")}
+    return have
 
 
 def _chunks(rows: int, wide: bool = True) -> int:
@@ -477,17 +489,12 @@ def get_activations() -> str:
 
 def has_vnni() -> bool:
     """AVX512-VNNI (vpdpbusd on 16 int32 lanes; with AVX-512 itself)."""
-    import llvmlite.binding as ll
-
-    f = ll.get_host_cpu_features()
-    return bool(f.get("avx512vnni", False) and f.get("avx512f", False) and f.get("avx512bw", False))
+    return {"avx512vnni", "avx512f", "avx512bw"} <= _isa()
 
 
 def int8_supported() -> bool:
     """Whether the int8-activation kernel runs here: AVX512-VNNI, or AVX2 (pmaddubsw + pmaddwd)."""
-    import llvmlite.binding as ll
-
-    return has_vnni() or bool(ll.get_host_cpu_features().get("avx2", False))
+    return has_vnni() or "avx2" in _isa()
 
 
 @njit(cache=True)

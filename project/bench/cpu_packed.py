@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode-rounds", type=int, default=4)
     ap.add_argument("--data-file", type=Path, default=None, help="GSM8K JSONL; its first question is the prompt")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--int8", action="store_true", help="also time the int8-activation (VNNI) mode")
+    ap.add_argument("--int8", action="store_true", help="also time the int8-activation mode (VNNI, or AVX2 integer products)")
     ap.add_argument("--agreement", type=int, default=0, metavar="N",
                     help="top-1 agreement of the int8 mode with the float mode over the first N questions of "
                          "--data-file, teacher-forced on prompt + gold answer (at most --positions answer tokens)")
