@@ -139,9 +139,18 @@ class HeadDecoder(CudaDecoder):
             self._src = src
             self._step(T, False, advance)
 
+        def warm() -> None:  # the eager step before a capture must leave the inputs as they were: it writes
+            # the next feature (head_feature_bf16) and token over this step's own, and a "round" step moves the
+            # position; without the restore, each graph's first replay drafted from the warm step's outputs
+            saved = (self.feat.copy(), self.tokens[:1].copy(), self.pos.copy())
+            run(False)
+            self.feat[...] = saved[0]
+            self.tokens[:1] = saved[1]
+            self.pos[...] = saved[2]
+
         if source == "round":
             self.graph_refs[("head", source)] = self.target
-        self.graph(("head", source, T, self.sampling), lambda: run(True), lambda: run(False))
+        self.graph(("head", source, T, self.sampling), lambda: run(True), warm)
 
     def feed_rows(self, feats: Any, ids: Any) -> None:
         """An eager step over len(ids) <= max_tokens rows (the prompt): features `feats` (a device bf16 array of
