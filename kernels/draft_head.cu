@@ -1,5 +1,5 @@
 // draft_head.cu: the two stages a trained draft head (minitorch/models/draft_head.py) adds to a one-layer
-// decoder step on the GPU (minitorch/cuda/head.py, HeadDecoder).
+// decoder step on the GPU (minitorch/cuda/head.py, HeadDecoder). Launch layouts below, one per kernel.
 //
 // head_input_bf16: grid (T), block (256). Row r of the head's input: x[r] = [feat[r] ; embed[tok[r]]] (T, 2H)
 //   bf16 for the fc product, and resid[r] = bias (fp32; the fc product is added to it). feat: T rows of H
