@@ -94,10 +94,13 @@ def load_sequences(args: argparse.Namespace, tok):
     stem = Path(args.data_file).stem  # the benchmark's problem ids for --data-file rows: <stem>-<row>
     questions = {(f"{stem}-{r['id']}" if r.get("id") is not None else f"{stem}-{i}"): r["question"]
                  for i, r in enumerate(rows)}
+    generated = []
     for name in args.generated:
         gen = [r for r in read_rows(name) if questions.get(str(r.get("id"))) not in held_questions]
-        train += generated_sequences(tok, gen, questions, args.max_seq_len, source=Path(name).name)
-    return train, held
+        generated += generated_sequences(tok, gen, questions, args.max_seq_len, source=Path(name).name)
+    # The target's own answers first: under --time-limit the features are extracted in this order, and the
+    # text the target writes itself is the data that matters most for acceptance
+    return generated + train, held
 
 
 def main(argv: list[str] | None = None) -> int:

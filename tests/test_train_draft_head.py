@@ -145,3 +145,16 @@ def test_gsm8k_answers_are_cleaned_like_the_target_writes():
     ans = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nShe sold 48+24 = <<48+24=72>>72 clips.\n#### 1,072"
     assert clean_gsm8k_answer(ans) == ("Natalia sold 48/2 = 24 clips in May.\nShe sold 48+24 = 72 clips.\n"
                                        "The final answer is $\\boxed{1072}$.")
+
+
+def test_the_targets_own_answers_come_first_so_a_time_limit_keeps_them(setup):
+    """load_sequences puts the --generated answers before the reference answers: the features are extracted in
+    that order, so a --time-limit that cuts the extraction drops reference text, not the target's own."""
+    model, tok, root, rows = setup
+    args = train_draft_head.parse_args(["--target", str(root / "t"), "--data-file", str(root / "train.jsonl"),
+                                        "--generated", str(root / "gen.jsonl"), "--heldout", str(HELDOUT)])
+    train, held = train_draft_head.load_sequences(args, tok)
+    sources = [s.source for s in train]
+    n_gen = sources.count("gen.jsonl")
+    assert n_gen > 0 and sources[:n_gen] == ["gen.jsonl"] * n_gen, sources
+    assert len(held) == HELDOUT and all(s.source == "train.jsonl" for s in held)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The draft head on the GPU machine (real pair staged in /root/cache by the workplace staging tool (stage_weights.sh, run on the developer machine); carry .whl
 # and the built minitorch/cuda_kernels). Modes, one device call each:
-#   bash tools/gpu_head.sh gen N     the target's own greedy answers to the first N GSM8K *train* problems (the
+#   bash tools/gpu_head.sh gen N     the target's own greedy answers to N GSM8K *train* problems from ${OFFSET:-0} (the
 #                                    CUDA-graph path, speculative mode = the target's text), kept in /root/gen for
 #                                    the next call and copied to $OUT/train_gen.jsonl (commit it under data/)
 #   bash tools/gpu_head.sh train     train a head with --backend cuda on GSM8K train (+ /root/gen's answers), then
@@ -13,7 +13,8 @@
 #   bash tools/gpu_head.sh bench [G] the head on the CUDA-graph path (bf16, --drafter head) and the default 0.5B draft,
 #                                    GSM8K first ${BENCH_N:-20}, gamma G (default 4), one call: tokens/s, acceptance,
 #                                    identical texts. The head: $HEAD_DIR, else /root/head from an earlier `train` call
-#                                    on this machine, else one trained here first (TRAIN_LIMIT, default 200 s)
+#                                    on this machine, else one trained here first (TRAIN_LIMIT, default 200 s);
+#                                    KINDS="head" benches the head alone
 set -u
 OUT="${OUT:-/tmp/gpu}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MINITORCH_SPEC_CACHE=/root/cache
@@ -26,15 +27,15 @@ case "${1:-}" in
 gen)
   N="${2:-300}"; mkdir -p /root/gen
   log "gen $N"
-  timeout "${GEN_LIMIT:-420}" python3 project/benchmark_gsm8k.py --data-file data/gsm8k/train.jsonl --limit "$N" \
+  timeout "${GEN_LIMIT:-420}" python3 project/benchmark_gsm8k.py --data-file data/gsm8k/train.jsonl --offset "${OFFSET:-0}" --limit "$N" \
     --modes spec --backend cuda --max-new-tokens 384 --no-plots --no-progress -o /root/gen/train_gen.jsonl \
     > "$OUT/gen.log" 2>&1; echo "gen rc=$?"
   tail -5 "$OUT/gen.log"
   wc -l /root/gen/train_gen.jsonl; cp /root/gen/train_gen.jsonl "$OUT/"
   ;;
 train)
-  GEN=(); [ -f /root/gen/train_gen.jsonl ] && GEN=(--generated /root/gen/train_gen.jsonl)
-  log "train"
+  GEN=(--generated data/gsm8k/generated/*.jsonl); [ -f /root/gen/train_gen.jsonl ] && GEN+=(/root/gen/train_gen.jsonl)
+  log "train ${GEN[*]}"
   python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" \
     --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
     --time-limit "${TRAIN_LIMIT:-420}" --output /root/head --quiet 2>&1 | tee "$OUT/train.log" | tail -25
@@ -60,13 +61,14 @@ bench)
   G="${2:-4}"; HEAD="${HEAD_DIR:-/root/head}"
   if [ ! -f "$HEAD/head.safetensors" ]; then
     log "no head in $HEAD: training one (${TRAIN_LIMIT:-200} s)"
-    GEN=(); [ -f /root/gen/train_gen.jsonl ] && GEN=(--generated /root/gen/train_gen.jsonl)
+    GEN=(--generated data/gsm8k/generated/*.jsonl); [ -f /root/gen/train_gen.jsonl ] && GEN+=(/root/gen/train_gen.jsonl)
     python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" \
       --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
       --time-limit "${TRAIN_LIMIT:-200}" --output "$HEAD" --quiet > "$OUT/train.log" 2>&1; echo "train rc=$?"
     tail -6 "$OUT/train.log"
+    cp "$HEAD/head.json" "$HEAD/report.json" "$HEAD/loss.png" "$OUT/" 2>/dev/null
   fi
-  for kind in head model; do
+  for kind in ${KINDS:-head model}; do
     log "GSM8K first ${BENCH_N:-20}, --backend cuda --drafter $kind --gamma $G"
     EXTRA=(); [ "$kind" = head ] && EXTRA=(--head "$HEAD")
     timeout "${BENCH_LIMIT:-170}" python3 project/benchmark_gsm8k.py --limit "${BENCH_N:-20}" --backend cuda \
