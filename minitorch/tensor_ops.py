@@ -10,7 +10,7 @@ installs (docs/ARCHITECTURE.md).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -432,6 +432,23 @@ class SimpleOps(TensorOps):
         return out
 
 
+class LayerWeights(NamedTuple):
+    """One pre-norm decoder layer's weights (Tensors or PackedWeights; biases may be None), in the order the
+    `decoder_forward` slot reads them: the model fills it, the backend runs it."""
+    input_norm: Any
+    q: Any
+    q_bias: Any
+    k: Any
+    k_bias: Any
+    v: Any
+    v_bias: Any
+    o: Any
+    post_norm: Any
+    gate: Any
+    up: Any
+    down: Any
+
+
 class TensorBackend:
     """Named slots built from an ops class; a tensor carries one of these and never branches on device."""
 
@@ -454,6 +471,10 @@ class TensorBackend:
             setattr(self, n, getattr(ops, n))
         # x (R, K) @ PackedWeight^T into out (R, N), numpy arrays; None where the backend has no such kernel
         self.packed_linear = getattr(ops, "packed_linear", None)
+        # a decoder stack's inference forward in one call (cpu/decoder.py) and its test of the weights; None
+        # where the backend runs the model op by op only
+        self.decoder_forward = getattr(ops, "decoder_forward", None)
+        self.decoder_supports = getattr(ops, "decoder_supports", None)
 
     def __repr__(self) -> str:
         return f"TensorBackend({self.name})"

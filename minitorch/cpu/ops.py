@@ -14,6 +14,7 @@ from .. import operators
 from ..tensor_data import MiniTorchError, broadcast_strides
 from ..tensor_ops import (TensorBackend, TensorOps, argmax_out, check_writable, map_out, matmul_shape, new_tensor,
                          where_prepare, zip_prepare)
+from . import decoder as fd
 from . import fused as ff
 from . import kernels as fk
 from . import matmul as fm
@@ -55,6 +56,9 @@ class FastOps(TensorOps):
 
     # packed (GGUF block-quantized) weights: rebuilt row by row inside the numba kernel (packed.py)
     packed_linear = staticmethod(fp.packed_linear)
+    # a whole Qwen2 forward in one call over packed weights (decoder.py): the model's no-grad fast path
+    decoder_forward = staticmethod(fd.decoder_forward)
+    decoder_supports = staticmethod(fd.supports)
 
     @staticmethod
     def map(name: str) -> Callable[..., Tensor]:

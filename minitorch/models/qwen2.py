@@ -141,6 +141,10 @@ class Qwen2Model(Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
+def _bias(lin: Linear) -> Optional[Tensor]:
+    return None if lin.bias is None else lin.bias.value
+
+
 def rope_tables(head_dim: int, theta: float, n_pos: int) -> tuple[np.ndarray, np.ndarray]:
     """cos, sin tables (n_pos, head_dim) in transformers' float32 arithmetic (inv_freq, outer, cat)."""
     inv_freq = 1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)))
@@ -159,6 +163,9 @@ class Qwen2ForCausalLM(Module):
         self.dtype = dtype
         self.model = Qwen2Model(config)
         self.lm_head = None if config.tie_word_embeddings else Linear(config.hidden_size, config.vocab_size, False)
+        # the backend's one-call forward where it has one (FastBackend over packed weights: cpu/decoder.py,
+        # the same kernels in the same order, so the same bits); False runs the model op by op
+        self.fused = True
         self._cos: Optional[Tensor] = None
         self._sin: Optional[Tensor] = None
 
@@ -200,13 +207,16 @@ class Qwen2ForCausalLM(Module):
         self._ensure_rope(start + t)
         cos = self._cos.narrow(0, start, t)  # (T, hd)
         sin = self._sin.narrow(0, start, t)  # (T, hd)
+        if last_n is not None and not 1 <= last_n <= t:
+            raise ValueError(f"last_n must be in [1, {t}], got {last_n}")
+        fused = self._fused(head_rows)
+        if fused is not None:
+            return self._fused_forward(fused, ids, cache, last_n, return_hidden)
         h = self.model.embed_tokens(ids)  # (1, T, D)
         for i in range(len(self.model.layers)):
             h = self.model.layers[i](h, cos, sin, cache, i)
         if cache is not None:
             cache.advance(t)
-        if last_n is not None and not 1 <= last_n <= t:
-            raise ValueError(f"last_n must be in [1, {t}], got {last_n}")
         hidden = None
         if return_hidden:
             hidden = h = self.model.norm(h)  # (1, T, D)
@@ -216,13 +226,48 @@ class Qwen2ForCausalLM(Module):
             if last_n is not None:
                 h = h.narrow(1, t - last_n, last_n)  # (1, last_n, D)
             h = self.model.norm(h)
+        logits = nn.linear(h, self._head(head_rows))  # (1, T, V)
+        return (logits, hidden) if return_hidden else logits
+
+    def _head(self, head_rows: Optional[int]) -> Any:
         head = self.lm_head_weight()
         if head_rows is not None:
             if not 1 <= head_rows <= head.shape[0]:
                 raise ValueError(f"head_rows must be in [1, {head.shape[0]}], got {head_rows}")
             head = head.narrow(0, 0, head_rows)  # a Tensor view or a PackedWeight sharing the arrays
-        logits = nn.linear(h, head)  # (1, T, V)
-        return (logits, hidden) if return_hidden else logits
+        return head
+
+    def _fused(self, head_rows: Optional[int]) -> Optional[tuple]:
+        """(layer weights, head) for the backend's one-call forward (backend.decoder_forward), or None: no
+        such slot, `fused` turned off, a gradient being recorded, or weights its kernel does not take."""
+        from ..autodiff import is_grad_enabled
+        from ..tensor_ops import LayerWeights
+
+        fwd = getattr(self.backend, "decoder_forward", None)
+        if fwd is None or not self.fused or self.dtype != "float32" or is_grad_enabled():
+            return None
+        layers = []
+        for layer in (self.model.layers[i] for i in range(len(self.model.layers))):
+            a, m = layer.self_attn, layer.mlp
+            layers.append(LayerWeights(layer.input_layernorm.weight.value, a.q_proj.weight.value, _bias(a.q_proj),
+                                       a.k_proj.weight.value, _bias(a.k_proj), a.v_proj.weight.value, _bias(a.v_proj),
+                                       a.o_proj.weight.value, layer.post_attention_layernorm.weight.value,
+                                       m.gate_proj.weight.value, m.up_proj.weight.value, m.down_proj.weight.value))
+        head = self._head(head_rows)
+        return (layers, head) if self.backend.decoder_supports(layers, head) else None
+
+    def _fused_forward(self, fused: tuple, ids: Tensor, cache: Optional[KVCache], last_n: Optional[int],
+                       return_hidden: bool) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        from .. import from_numpy
+
+        layers, head = fused
+        c = self.config
+        logits, hidden = self.backend.decoder_forward(
+            np.ascontiguousarray(ids.to_numpy()[0], dtype=np.int64), self.model.embed_tokens.weight.value, layers,
+            self.model.norm.weight.value, head, float(c.rms_norm_eps), c.num_attention_heads, c.num_key_value_heads,
+            c.head_dim, self._cos, self._sin, cache, last_n, return_hidden)
+        out = from_numpy(logits[None], backend=self.backend)
+        return (out, from_numpy(hidden[None], backend=self.backend)) if return_hidden else out
 
     def lm_head_weight(self) -> Any:
         """The vocabulary projection (V, D): lm_head's weight, or the tied embedding."""

@@ -1,0 +1,125 @@
+"""A Qwen2 decoder forward in one call on the CPU: the `decoder_forward` slot of FastBackend.
+
+The module path (models/qwen2.py) runs a token through about 20 Tensor ops a layer, each one a Python
+call through nn, the autodiff Function and the backend slot, with a new Tensor for its result: on the
+1.5B target that framework work was 28 ms of a 108 ms decode step on a 2-core box (products 79 ms). This
+function takes the same weights and runs the same kernels in the same order on plain numpy arrays:
+
+    x = embed(ids)
+    per layer:  n = rmsnorm(x);  q, k, v = n @ Wq^T + bq, ...;  rope(q), rope(k);  cache[start:start+T] = k, v
+                o = attention(q, K, V) @ Wo^T;  h = x + o;  n = rmsnorm(h);  x = h + down(silu(gate(n)) * up(n))
+    logits = rmsnorm(x[last_n]) @ head[:head_rows]^T
+
+so its results are the module path's bit for bit (tests/test_cpu_decoder.py compares every output array);
+it is only taken when every projection is a PackedWeight (the backend's packed kernel, float32 or int8
+activations as fast_packed.set_activations says), activations are float32 and no gradient is recorded.
+The model passes its Tensors and a KVCache; nothing here knows a checkpoint name.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..tensor_ops import LayerWeights
+from . import fused as ff
+from . import packed as fp
+
+PARALLEL_ATTENTION_WORK = 1 << 23  # = ops.PARALLEL_ATTENTION_WORK: the module path's choice of kernel
+_I64 = np.int64
+
+
+def _vec(t: Any) -> Optional[np.ndarray]:
+    return None if t is None else t.to_numpy().reshape(-1)
+
+
+def _linear(x: np.ndarray, w: Any, bias: Optional[np.ndarray] = None) -> np.ndarray:
+    """x (R, K) @ w^T (+ bias) as nn.packed_linear computes it (the same slot, then one float32 add)."""
+    out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+    fp.packed_linear(x, w, out)
+    if bias is not None:
+        out += bias
+    return out
+
+
+def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    out = np.empty_like(x)
+    n = x.shape[-1]
+    ff.rmsnorm_rows(out.reshape(-1), x.reshape(-1), w, x.size // n, n, float(eps))
+    return out
+
+
+def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """x (H, T, D) contiguous; cos/sin (T, D) contiguous rows of the tables."""
+    h, t, d = x.shape
+    out = np.empty_like(x)
+    ff.rope_rows(out.reshape(-1), x.reshape(-1), cos.reshape(-1), sin.reshape(-1), d, 1, d, 1, h, t, d)
+    return out
+
+
+def supports(layers: Sequence[LayerWeights], head: Any) -> bool:
+    """Whether every projection is a PackedWeight this backend's kernel takes (else the module path)."""
+    from ..packed import PackedWeight
+
+    return isinstance(head, PackedWeight) and all(
+        isinstance(w, PackedWeight) for lw in layers for w in (lw.q, lw.k, lw.v, lw.o, lw.gate, lw.up, lw.down))
+
+
+def decoder_forward(ids: np.ndarray, embed: Any, layers: Sequence[LayerWeights], norm: Any, head: Any, eps: float,
+                    n_heads: int, n_kv_heads: int, head_dim: int, cos_table: Any, sin_table: Any, cache: Any,
+                    last_n: Optional[int], return_hidden: bool) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """logits (T or last_n, head rows) for ids (T,) continuing cache (advanced by T), and with return_hidden the
+    final-norm hidden states of all T positions (before last_n), as the model's forward returns them."""
+    from ..packed import PackedWeight
+
+    t = int(ids.shape[0])
+    start = cache.length if cache is not None else 0
+    if isinstance(embed, PackedWeight):
+        x = embed.rows(ids)
+    else:
+        w = embed.to_numpy()
+        x = np.empty((t, w.shape[1]), dtype=np.float32)
+        bad = ff.embedding_rows(x.reshape(-1), w.reshape(-1), ids, t, w.shape[0], w.shape[1])
+        if bad >= 0:
+            raise ValueError(f"embedding: id {int(ids[bad])} out of range for {w.shape[0]} rows")
+    cos = np.ascontiguousarray(cos_table.to_numpy()[start:start + t])
+    sin = np.ascontiguousarray(sin_table.to_numpy()[start:start + t])
+    hd, hq, hkv = head_dim, n_heads, n_kv_heads
+    scale = np.float32(hd ** -0.5)
+    for i, lw in enumerate(layers):
+        n = _rmsnorm(x, _vec(lw.input_norm), eps)
+        q = _rope(np.ascontiguousarray(_linear(n, lw.q, _vec(lw.q_bias)).reshape(t, hq, hd).transpose(1, 0, 2)), cos, sin)
+        k = _rope(np.ascontiguousarray(_linear(n, lw.k, _vec(lw.k_bias)).reshape(t, hkv, hd).transpose(1, 0, 2)), cos, sin)
+        v = _linear(n, lw.v, _vec(lw.v_bias)).reshape(t, hkv, hd).transpose(1, 0, 2)
+        if cache is not None:
+            kc, vc = cache.keys[i].to_numpy()[0], cache.values[i].to_numpy()[0]  # (Hkv, max_len, D), contiguous
+            kc[:, start:start + t] = k
+            vc[:, start:start + t] = v
+            length = start + t
+        else:
+            kc, vc, length = k, np.ascontiguousarray(v), t
+        o = np.empty((hq, t, hd), dtype=np.float32)
+        kernel = ff.attention_parallel if hq * t * length * hd >= PARALLEL_ATTENTION_WORK and hkv > 1 \
+            else ff.attention_serial
+        ks = np.array((0,) + tuple(s // 4 for s in kc.strides), _I64)
+        vs = np.array((0,) + tuple(s // 4 for s in vc.strides), _I64)
+        qs = np.array((q.size, t * hd, hd, 1), _I64)
+        kernel(o.reshape(-1), q.reshape(-1), qs, kc.reshape(-1), ks, vc.reshape(-1), vs, 1, hq, hkv, t, hd, length, scale,
+               int(start))
+        h = x + _linear(np.ascontiguousarray(o.transpose(1, 0, 2)).reshape(t, hq * hd), lw.o)
+        n = _rmsnorm(h, _vec(lw.post_norm), eps)
+        g, u = _linear(n, lw.gate), _linear(n, lw.up)
+        a = np.empty_like(g)
+        ff.silu_mul_flat(a.reshape(-1), g.reshape(-1), u.reshape(-1), g.size)
+        x = h + _linear(a, lw.down)
+    if cache is not None:
+        cache.advance(t)
+    hidden = None
+    nw = _vec(norm)
+    if return_hidden:
+        hidden = _rmsnorm(x, nw, eps)
+        h = hidden if last_n is None else hidden[t - last_n:]
+    else:
+        h = _rmsnorm(x if last_n is None else np.ascontiguousarray(x[t - last_n:]), nw, eps)
+    return _linear(np.ascontiguousarray(h), head), hidden
+

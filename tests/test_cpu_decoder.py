@@ -1,0 +1,131 @@
+"""The CPU's one-call forward (minitorch/cpu/decoder.py, FastBackend's decoder_forward slot) against the model's
+op-by-op path (model.fused = False, the reference): the same bits for every output the model returns (prefill
+through the BLAS path and the kernel path, decode steps, a verify pass, last_n, head_rows, return_hidden), the
+same KV cache, in float32 and int8 activations; it is taken only where it applies; a slip in it is caught."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitorch
+from minitorch import FastBackend
+from minitorch.cpu import decoder as fd
+from minitorch.cpu import packed as fast_packed
+from minitorch.models import load_model
+
+pytest.importorskip("gguf")
+
+
+@pytest.fixture(scope="module")
+def gguf_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny qwen2 GGUF, 256-wide rows, Q8_0 weights with one Q4_K tensor (nibble words) and an untied head."""
+    pytest.importorskip("torch")
+    from gguf import GGMLQuantizationType
+
+    from test_models_packed import random_blocks
+    from test_models_util import hf_qwen2, tiny_bpe, write_gguf
+
+    hf = hf_qwen2(seed=7, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512,
+                  num_hidden_layers=2, tie_word_embeddings=False)
+    blocks = random_blocks("Q4_K", 256, 512, 4).reshape(-1, 144)
+    blocks[:, 0:4] = (blocks[:, 0:4].copy().view(np.float16) * np.float16(0.01)).view(np.uint8)  # small, like trained
+    raw = {"blk.1.ffn_down.weight": (blocks.reshape(256, -1), GGMLQuantizationType.Q4_K)}
+    return write_gguf(tmp_path_factory.mktemp("fused") / "tiny.gguf", hf, tiny_bpe(), qtype="Q8_0", raw_override=raw)
+
+
+@pytest.fixture(scope="module")
+def model(gguf_model: Path, tmp_path_factory: pytest.TempPathFactory):
+    m, _ = load_model(str(gguf_model), progress=False, weights="packed", cache_dir=tmp_path_factory.mktemp("c"))
+    return m
+
+
+def _session(model, fused: bool, prompt: list[int]) -> dict[str, np.ndarray]:
+    """Every kind of call the engines make, from one cache; all outputs (copied) and the cache at the end."""
+    model.fused = fused
+    out = {}
+    with minitorch.no_grad():
+        cache = model.new_cache(96)
+        logits, hidden = model(prompt, cache, return_hidden=True)
+        out["prefill"], out["prefill_hidden"] = logits.to_numpy().copy(), hidden.to_numpy().copy()
+        toks = [int(out["prefill"][0, -1].argmax())]
+        for i in range(4):  # decode steps
+            step = model([toks[-1]], cache).to_numpy()[0, -1].copy()
+            out[f"step{i}"] = step
+            toks.append(int(step.argmax()))
+        cache.truncate(cache.length - 3)
+        out["verify"] = model(toks[1:4] + [7, 11], cache).to_numpy().copy()  # 5 rows
+        out["last_n"] = model([3, 5, 9], cache, last_n=2).to_numpy().copy()
+        out["head_rows"] = model([toks[0]], cache, head_rows=128).to_numpy().copy()
+        lg, hd = model([4, 6], cache, last_n=1, return_hidden=True)
+        out["hidden_last"], out["hidden"] = lg.to_numpy().copy(), hd.to_numpy().copy()
+        n = cache.length
+        out["keys"] = np.stack([k.to_numpy()[0, :, :n] for k in cache.keys])
+        out["values"] = np.stack([v.to_numpy()[0, :, :n] for v in cache.values])
+    model.fused = True
+    return out
+
+
+def _assert_same(ref: dict, got: dict) -> None:
+    assert ref.keys() == got.keys()
+    for name in ref:
+        assert ref[name].shape == got[name].shape, name
+        assert np.array_equal(ref[name], got[name]), f"{name}: max diff {np.abs(ref[name] - got[name]).max()}"
+
+
+# 9 tokens: every product through the packed kernel; 40 tokens: more than MAX_ROWS rows, the rebuild + BLAS path
+@pytest.mark.parametrize("n_prompt", [9, 40])
+def test_one_call_forward_equals_the_op_by_op_model_bit_for_bit(model, n_prompt: int, monkeypatch) -> None:
+    calls = {"n": 0}
+    real = FastBackend.decoder_forward
+
+    def counted(*a, **k):
+        calls["n"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(FastBackend, "decoder_forward", counted)
+    prompt = np.random.default_rng(n_prompt).integers(0, 400, size=n_prompt).tolist()
+    ref = _session(model, False, prompt)
+    assert calls["n"] == 0
+    got = _session(model, True, prompt)
+    assert calls["n"] == 9  # every call of the session took the one-call forward
+    _assert_same(ref, got)
+
+
+@pytest.mark.skipif(not fast_packed.int8_supported(), reason="needs AVX2 or AVX512-VNNI")
+def test_one_call_forward_equals_the_op_by_op_model_with_int8_activations(model) -> None:
+    old = fast_packed.set_activations("int8")
+    try:
+        prompt = np.random.default_rng(1).integers(0, 400, size=21).tolist()
+        ref, got = _session(model, False, prompt), _session(model, True, prompt)
+    finally:
+        fast_packed.set_activations(old)
+    _assert_same(ref, got)
+    fp32 = _session(model, True, prompt)
+    assert not np.array_equal(fp32["step0"], got["step0"])  # the int8 mode was in force
+
+
+def test_a_slip_in_the_one_call_forward_is_caught(model, monkeypatch) -> None:
+    """The comparison above fails on a broken fused path: rotary embeddings with the sine's sign flipped."""
+    prompt = np.random.default_rng(2).integers(0, 400, size=9).tolist()
+    ref = _session(model, False, prompt)
+    real = fd._rope
+    monkeypatch.setattr(fd, "_rope", lambda x, cos, sin: real(x, cos, -sin))
+    got = _session(model, True, prompt)
+    with pytest.raises(AssertionError):
+        _assert_same(ref, got)
+
+
+def test_the_op_by_op_path_runs_where_the_one_call_forward_does_not_apply(gguf_model: Path, model, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    def refuse(*a, **k):
+        raise AssertionError("decoder_forward called")
+
+    monkeypatch.setattr(FastBackend, "decoder_forward", refuse)
+    with pytest.raises(AssertionError, match="decoder_forward called"), minitorch.no_grad():
+        model([1, 2, 3], model.new_cache(8))
+    dense, _ = load_model(str(gguf_model), progress=False, weights="float32", cache_dir=tmp_path)
+    with minitorch.no_grad():
+        dense([1, 2, 3], dense.new_cache(8))  # float32 weights: op by op
+    model([1, 2, 3], model.new_cache(8))  # a gradient being recorded: op by op
