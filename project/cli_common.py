@@ -81,6 +81,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "half the bytes a draft step reads; the draft's weights change only how many drafts are "
                         "accepted, never the output); file = as the file stores them; auto (default): q4 for a "
                         "packed GGUF draft on the cpu")
+    g.add_argument("--cpu-activations", choices=("float32", "int8"), default="float32",
+                   help="cpu, packed weights: the activations of every product; float32 (default): the exact "
+                        "reference; int8: rounded per block as llama.cpp does (AVX2 or AVX512-VNNI integer dot "
+                        "products; top-1 agreement with float32 0.992 on GSM8K answers, faster speculative decoding; "
+                        "speculative output still equals the target alone's in the same mode)")
     g.add_argument("--weights", choices=("auto", "packed", "float32"), default="auto",
                    help="packed: a GGUF's tensors kept as the file's int8 codes + block scales (same values, ~1/3 "
                         "of the memory, faster on the cpu); float32: expanded to float32; auto (default): packed "
@@ -255,9 +260,12 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
     """Load the target (and the draft unless --drafter ngram), check the pair is compatible."""
     from minitorch.models import check_compatible, load_model
 
+    if getattr(args, "cpu_activations", "float32") != "float32" and args.backend != "cpu":
+        raise UserError("--cpu-activations int8 is for --backend cpu")
     if graph_decoders(args):
         return load_gpu_decoders(args, need_draft, progress)
     backend = get_backend(args.backend)
+    set_cpu_activations(getattr(args, "cpu_activations", "float32"), backend)
     t0 = time.perf_counter()
     weights = getattr(args, "weights", "auto")
     dtype = "float32" if args.dtype == "auto" else args.dtype
@@ -274,6 +282,17 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
                   stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0,
                   draft_vocab=getattr(args, "draft_vocab", 0), draft_extend=getattr(args, "draft_extend", 0),
                   head=head)
+
+
+def set_cpu_activations(mode: str, backend: Any) -> None:
+    """--cpu-activations: the packed kernel's activation mode for this process (float32 unless int8 is asked)."""
+    if getattr(backend, "cuda", False):
+        return
+    from minitorch.cpu import packed as fast_packed
+
+    if mode == "int8" and not fast_packed.int8_supported():
+        raise UserError("--cpu-activations int8 needs a CPU with AVX2 or AVX512-VNNI")
+    fast_packed.set_activations(mode)
 
 
 def default_head_dir(target: Any) -> Any:

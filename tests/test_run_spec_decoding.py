@@ -190,6 +190,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
         (["--drafter", "bigram"], "--drafter"),
         (["--json", "--interactive"], "--json"),
         (["--no-such-flag"], "unrecognized"),
+        (["--cpu-activations", "int8", "--backend", "cuda"], "--cpu-activations"),
+        (["--cpu-activations", "int4"], "--cpu-activations"),
     ],
 )
 def test_flag_errors_exit_2_with_one_line(args, word):
@@ -329,3 +331,21 @@ def test_gamma_and_draft_extend_defaults(flags, want):
     assert (args.gamma is None) == ("--gamma" not in flags)  # unset until the path is known
     check_spec_args(args)
     assert (args.gamma, args.draft_extend) == want
+
+
+def test_cpu_activations_sets_the_packed_kernels_mode():
+    """--cpu-activations reaches the packed kernel's process-wide mode; the default puts float32 back."""
+    from minitorch import FastBackend
+    from minitorch.cpu import packed as fast_packed
+
+    if not fast_packed.int8_supported():
+        with pytest.raises(cli_common.UserError, match="AVX2"):
+            cli_common.set_cpu_activations("int8", FastBackend)
+        return
+    try:
+        cli_common.set_cpu_activations("int8", FastBackend)
+        assert fast_packed.get_activations() == "int8"
+        cli_common.set_cpu_activations("float32", FastBackend)
+        assert fast_packed.get_activations() == "float32"
+    finally:
+        fast_packed.set_activations("float32")
