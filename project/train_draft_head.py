@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # project/ modules
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # minitorch from the checkout
 
 from cli_common import DEFAULT_TARGET, OneLineParser, UserError, get_backend, run_cli  # noqa: E402
-from evaluation.data import DEFAULT_DATA_DIR  # noqa: E402
+from evaluation.data import DEFAULT_DATA_DIR, data_stem  # noqa: E402
 
-DEFAULT_DATA = DEFAULT_DATA_DIR / "gsm8k" / "train.jsonl"
+DEFAULT_DATA = DEFAULT_DATA_DIR / "gsm8k" / "train.jsonl.gz"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the head layer's MLP width (the target's is larger; default 3072)")
     d = p.add_argument_group("data")
     d.add_argument("--data-file", default=str(DEFAULT_DATA), help="GSM8K-format JSONL (question, answer) to train on "
-                   "(default data/gsm8k/train.jsonl; evaluation sets are refused)")
+                   "(default data/gsm8k/train.jsonl.gz; evaluation sets are refused)")
     d.add_argument("--generated", nargs="*", default=[], metavar="JSONL",
                    help="benchmark result files of the target run on --data-file's problems: its own answers as more data")
     d.add_argument("--limit", type=int, default=None, help="use only the first N problems of --data-file")
@@ -91,7 +91,7 @@ def load_sequences(args: argparse.Namespace, tok):
         raise UserError(f"{args.data_file}: no usable problems")
     train, held = split_heldout(seqs, min(args.heldout, len(seqs) - 1))
     held_questions = {r["question"] for r in rows[len(rows) - len(held):]} if held else set()
-    stem = Path(args.data_file).stem  # the benchmark's problem ids for --data-file rows: <stem>-<row>
+    stem = data_stem(args.data_file)  # the benchmark's problem ids for --data-file rows: <stem>-<row>
     questions = {(f"{stem}-{r['id']}" if r.get("id") is not None else f"{stem}-{i}"): r["question"]
                  for i, r in enumerate(rows)}
     generated = []

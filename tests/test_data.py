@@ -1,6 +1,7 @@
 """The evaluation data the repository ships (data/): every file the benchmarks read by default is there,
 byte for byte the copy data/README.md describes (its sha256 prefix and record count), so a clone with
 nothing beside it runs its benchmarks and tests."""
+import gzip
 import hashlib
 import sys
 import json
@@ -13,11 +14,11 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def readme_table() -> dict[str, tuple[int, str]]:
-    """file -> (records, sha256 prefix) from data/README.md's table rows that name a .jsonl file."""
+    """file -> (records, sha256 prefix) from data/README.md's table rows that name a .jsonl (or .jsonl.gz) file."""
     rows = {}
     for line in (DATA / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 6 and cells[0].endswith(".jsonl"):
+        if len(cells) == 6 and cells[0].endswith((".jsonl", ".jsonl.gz")):
             rows[cells[0]] = (int(cells[3]), cells[5])
     return rows
 
@@ -34,6 +35,8 @@ def test_readme_lists_every_dataset_the_benchmarks_name():
 def test_data_file_matches_its_provenance(rel):
     records, sha_prefix = readme_table()[rel]
     raw = (DATA / rel).read_bytes()
+    if rel.endswith(".gz"):  # shipped compressed; the sha256 is the source file's, of the decompressed bytes
+        raw = gzip.decompress(raw)
     assert re.fullmatch(r"[0-9a-f]{16}", sha_prefix)
     assert hashlib.sha256(raw).hexdigest().startswith(sha_prefix)
     assert sum(1 for line in raw.decode().splitlines() if line.strip() and json.loads(line)) == records
@@ -50,3 +53,18 @@ def test_a_changed_byte_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "DATA", tmp_path)
     with pytest.raises(AssertionError):
         test_data_file_matches_its_provenance("gsm8k/test.jsonl")
+
+
+def test_the_gzipped_train_split_reads_as_its_source_with_the_same_problem_ids():
+    """data/gsm8k/train.jsonl.gz reads row for row like the plain file, and its problems keep the ids
+    `train-<row>` that the target-written answers in data/gsm8k/generated/ refer to."""
+    from evaluation.data import data_stem, load_problems, read_json_rows
+
+    gz = DATA / "gsm8k" / "train.jsonl.gz"
+    rows = read_json_rows(gz)
+    assert rows == [json.loads(line) for line in gzip.decompress(gz.read_bytes()).decode().splitlines() if line.strip()]
+    assert data_stem(gz) == data_stem("train.jsonl") == "train" and data_stem("math500.json") == "math500"
+    problems = load_problems(data_file=gz)
+    assert problems[120].id == "train-120" and problems[120].question == rows[120]["question"]
+    gen = json.loads((DATA / "gsm8k" / "generated" / "train_120-852_coder1.5b_greedy.jsonl").read_text().splitlines()[0])
+    assert gen["id"] == "train-120"

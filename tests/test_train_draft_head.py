@@ -7,6 +7,7 @@ held-out problems, drafted / accepted tokens counted by speculative_generate.
 """
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("train_head")
     save_hf(hf_qwen2(seed=0, max_position_embeddings=1024), root / "t", tiny_bpe())
     model, tok = load_model(root / "t", progress=False)
-    with open(ROOT / "data" / "gsm8k" / "train.jsonl") as f:
+    with gzip.open(ROOT / "data" / "gsm8k" / "train.jsonl.gz", "rt") as f:
         rows = [json.loads(next(f)) for _ in range(N_PROBLEMS)]
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     recs = []

@@ -27,7 +27,7 @@ case "${1:-}" in
 gen)
   N="${2:-300}"; mkdir -p /root/gen
   log "gen $N"
-  timeout "${GEN_LIMIT:-420}" python3 project/benchmark_gsm8k.py --data-file data/gsm8k/train.jsonl --offset "${OFFSET:-0}" --limit "$N" \
+  timeout "${GEN_LIMIT:-420}" python3 project/benchmark_gsm8k.py --data-file data/gsm8k/train.jsonl.gz --offset "${OFFSET:-0}" --limit "$N" \
     --modes spec --backend cuda --max-new-tokens 384 --no-plots --no-progress -o /root/gen/train_gen.jsonl \
     > "$OUT/gen.log" 2>&1; echo "gen rc=$?"
   tail -5 "$OUT/gen.log"

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 from one_line_parser import OneLineParser
 
-from .data import REASONING_INSTRUCTION, BenchmarkError, load_problems, parse_shard, select_problems
+from .data import REASONING_INSTRUCTION, BenchmarkError, data_stem, load_problems, parse_shard, select_problems
 from .distributed import add_ray_args, run_on_ray
 from .engine import Engine, add_engine_args, load_engine
 from .runner import MODE_ORDER, merge_results, read_results, run_benchmark
@@ -84,7 +84,7 @@ def parse_modes(text: str) -> list[str]:
 
 
 def default_output(bench: BenchSpec, args: argparse.Namespace, shard: tuple[int, int]) -> Path:
-    stem = Path(args.data_file).stem if args.data_file else args.dataset
+    stem = data_stem(args.data_file) if args.data_file else args.dataset
     suffix = f".shard-{shard[0]}-of-{shard[1]}" if shard[1] > 1 else ""
     return Path("results") / bench.name / f"{stem}{suffix}.jsonl"
 

@@ -57,12 +57,28 @@ DATASETS: dict[str, DatasetSpec] = {
 QUESTION_FIELDS = ("question", "problem", "prompt", "input")
 
 
+def data_stem(path: str | Path) -> str:
+    """A data file's name without .gz and .json/.jsonl: the prefix of its problem ids (train.jsonl.gz -> train)."""
+    name = Path(path).name
+    for suffix in (".gz", ".jsonl", ".json"):
+        name = name[:-len(suffix)] if name.endswith(suffix) else name
+    return name
+
+
 def read_json_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a .jsonl file (one object a line) or a .json file holding a list of objects."""
+    """Rows of a .jsonl file (one object a line) or a .json file holding a list of objects; either may be
+    gzipped (.jsonl.gz: how the repository ships GSM8K's train split)."""
+    path = Path(path)
     if not path.is_file():
         raise BenchmarkError(f"data file not found: {path}")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json":
+    if path.suffix == ".gz":
+        import gzip
+
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = path.read_text(encoding="utf-8")
+    if path.name.removesuffix(".gz").endswith(".json"):
         try:
             rows = json.loads(text)
         except json.JSONDecodeError as e:
@@ -112,7 +128,7 @@ def load_problems(name: str | None = None, data_file: str | Path | None = None,
     """Problems of a named dataset (local copy, or the hub when `hub`), or of `data_file`."""
     if data_file is not None:
         path = Path(data_file)
-        return rows_to_problems(read_json_rows(path), path.stem)
+        return rows_to_problems(read_json_rows(path), data_stem(path))
     if name not in DATASETS:
         raise BenchmarkError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)} or pass --data-file")
     spec = DATASETS[name]

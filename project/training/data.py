@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from evaluation.data import build_prompt
+from evaluation.data import BenchmarkError, build_prompt, read_json_rows
 
 ANNOTATION = re.compile(r"<<[^>]*>>")
 FINAL = re.compile(r"\n?####\s*(.+?)\s*$")
@@ -42,22 +42,18 @@ def clean_gsm8k_answer(answer: str) -> str:
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a training file (.jsonl, or .jsonl.gz as data/gsm8k/train.jsonl.gz ships); evaluation sets are refused."""
     path = Path(path)
     if not path.is_file():
         raise TrainingDataError(f"training data {path} not found")
     low = str(path).lower()
     if any(name in low for name in EVAL_SETS):
-        raise TrainingDataError(f"{path} looks like an evaluation set; train on data/gsm8k/train.jsonl or "
+        raise TrainingDataError(f"{path} looks like an evaluation set; train on data/gsm8k/train.jsonl.gz or "
                                 "answers generated for its problems (never on GSM8K test, MATH-500, AIME, AMC)")
-    rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise TrainingDataError(f"{path}:{n}: not JSON ({e})") from None
-    return rows
+    try:
+        return read_json_rows(path)
+    except BenchmarkError as e:
+        raise TrainingDataError(str(e)) from None
 
 
 def gsm8k_sequences(tok: Any, rows: Sequence[dict[str, Any]], max_len: int, source: str = "gsm8k") -> list[Sequence_]:
