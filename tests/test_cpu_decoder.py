@@ -76,7 +76,13 @@ def _assert_same(ref: dict, got: dict) -> None:
 
 # 9 tokens: every product through the packed kernel; 40 tokens: more than MAX_ROWS rows, the rebuild + BLAS path
 @pytest.mark.parametrize("n_prompt", [9, 40])
-def test_one_call_forward_equals_the_op_by_op_model_bit_for_bit(model, n_prompt: int, monkeypatch) -> None:
+@pytest.mark.parametrize("threaded_attention", [False, True])  # True: every attention call takes the threaded kernel
+def test_one_call_forward_equals_the_op_by_op_model_bit_for_bit(model, n_prompt: int, threaded_attention: bool,
+                                                               monkeypatch) -> None:
+    from minitorch.cpu import ops as cpu_ops
+
+    if threaded_attention:
+        monkeypatch.setattr(cpu_ops, "PARALLEL_ATTENTION_WORK", 0)
     calls = {"n": 0}
     real = FastBackend.decoder_forward
 

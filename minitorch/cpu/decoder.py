@@ -25,7 +25,6 @@ from ..tensor_ops import LayerWeights
 from . import fused as ff
 from . import packed as fp
 
-PARALLEL_ATTENTION_WORK = 1 << 23  # = ops.PARALLEL_ATTENTION_WORK: the module path's choice of kernel
 _I64 = np.int64
 
 
@@ -71,6 +70,7 @@ def decoder_forward(ids: np.ndarray, embed: Any, layers: Sequence[LayerWeights],
     """logits (T or last_n, head rows) for ids (T,) continuing cache (advanced by T), and with return_hidden the
     final-norm hidden states of all T positions (before last_n), as the model's forward returns them."""
     from ..packed import PackedWeight
+    from . import ops  # its threshold for threaded attention (read at call time: tests move it)
 
     t = int(ids.shape[0])
     start = cache.length if cache is not None else 0
@@ -99,7 +99,7 @@ def decoder_forward(ids: np.ndarray, embed: Any, layers: Sequence[LayerWeights],
         else:
             kc, vc, length = k, np.ascontiguousarray(v), t
         o = np.empty((hq, t, hd), dtype=np.float32)
-        kernel = ff.attention_parallel if hq * t * length * hd >= PARALLEL_ATTENTION_WORK and hkv > 1 \
+        kernel = ff.attention_parallel if hq * t * length * hd >= ops.PARALLEL_ATTENTION_WORK and hkv > 1 \
             else ff.attention_serial
         ks = np.array((0,) + tuple(s // 4 for s in kc.strides), _I64)
         vs = np.array((0,) + tuple(s // 4 for s in vc.strides), _I64)
