@@ -66,11 +66,12 @@ def supports(layers: Sequence[LayerWeights], head: Any) -> bool:
 
 def decoder_forward(ids: np.ndarray, embed: Any, layers: Sequence[LayerWeights], norm: Any, head: Any, eps: float,
                     n_heads: int, n_kv_heads: int, head_dim: int, cos_table: Any, sin_table: Any, cache: Any,
-                    last_n: Optional[int], return_hidden: bool) -> tuple[np.ndarray, Optional[np.ndarray]]:
+                    last_n: Optional[int], return_hidden: bool,
+                    parallel_attention_work: int) -> tuple[np.ndarray, Optional[np.ndarray]]:
     """logits (T or last_n, head rows) for ids (T,) continuing cache (advanced by T), and with return_hidden the
-    final-norm hidden states of all T positions (before last_n), as the model's forward returns them."""
+    final-norm hidden states of all T positions (before last_n), as the model's forward returns them.
+    parallel_attention_work: the attention work from which the threaded kernel runs (ops.PARALLEL_ATTENTION_WORK)."""
     from ..packed import PackedWeight
-    from . import ops  # its threshold for threaded attention (read at call time: tests move it)
 
     t = int(ids.shape[0])
     start = cache.length if cache is not None else 0
@@ -99,7 +100,7 @@ def decoder_forward(ids: np.ndarray, embed: Any, layers: Sequence[LayerWeights],
         else:
             kc, vc, length = k, np.ascontiguousarray(v), t
         o = np.empty((hq, t, hd), dtype=np.float32)
-        kernel = ff.attention_parallel if hq * t * length * hd >= ops.PARALLEL_ATTENTION_WORK and hkv > 1 \
+        kernel = ff.attention_parallel if hq * t * length * hd >= parallel_attention_work and hkv > 1 \
             else ff.attention_serial
         ks = np.array((0,) + tuple(s // 4 for s in kc.strides), _I64)
         vs = np.array((0,) + tuple(s // 4 for s in vc.strides), _I64)

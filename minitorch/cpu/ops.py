@@ -57,7 +57,11 @@ class FastOps(TensorOps):
     # packed (GGUF block-quantized) weights: rebuilt row by row inside the numba kernel (packed.py)
     packed_linear = staticmethod(fp.packed_linear)
     # a whole Qwen2 forward in one call over packed weights (decoder.py): the model's no-grad fast path
-    decoder_forward = staticmethod(fd.decoder_forward)
+    @staticmethod
+    def decoder_forward(*args, **kwargs):
+        # this module's attention threshold, read at call time, so one knob decides both paths' kernel
+        return fd.decoder_forward(*args, **kwargs, parallel_attention_work=PARALLEL_ATTENTION_WORK)
+
     decoder_supports = staticmethod(fd.supports)
 
     @staticmethod
