@@ -28,6 +28,8 @@ from cli_common import DEFAULT_TARGET, OneLineParser, UserError, get_backend, ru
 from evaluation.data import DEFAULT_DATA_DIR, data_stem  # noqa: E402
 
 DEFAULT_DATA = DEFAULT_DATA_DIR / "gsm8k" / "train.jsonl.gz"
+TTT_MAX_STEPS = 4  # minitorch.models.draft_head.TTT_MAX_STEPS (not imported here: --help stays light)
+EVAL_STEPS = 3  # held-out agreement of draft steps 1..max(3, --ttt-steps), with or without the training-time test
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,6 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     t.add_argument("--lr", type=float, default=1e-3, help="Adam's peak learning rate (default 1e-3)")
     t.add_argument("--warmup", type=int, default=50, help="warm-up steps (default 50)")
     t.add_argument("--ce-weight", type=float, default=0.1, help="weight of the soft cross-entropy (EAGLE: 0.1)")
+    t.add_argument("--ttt-steps", type=int, default=1, metavar="K",
+                   help="training-time test (EAGLE-3): also train draft steps 2..K on the head's own outputs, as it "
+                   "drafts (1..4; default 1: every position reads the target's features)")
     t.add_argument("--clip", type=float, default=0.5, help="global gradient-norm clip (default 0.5; 0 = off)")
     t.add_argument("--seed", type=int, default=0, help="initialisation and batch-order seed (default 0)")
     t.add_argument("--eval-every", type=int, default=100, help="held-out evaluation every N steps (default 100)")
@@ -75,6 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("head_vocab", "intermediate_size", "tokens_per_step", "max_seq_len", "eval_every", "save_every"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 1 <= args.ttt_steps <= TTT_MAX_STEPS:
+        raise UserError(f"--ttt-steps must be in 1..{TTT_MAX_STEPS}, got {args.ttt_steps}")
     if args.epochs <= 0 or args.lr <= 0:
         raise UserError("--epochs and --lr must be > 0")
     return args
@@ -109,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from minitorch import Adam
     from minitorch.models import cache_root, load_model
-    from minitorch.models.draft_head import DraftHead, DraftHeadConfig, target_fingerprint
+    from minitorch.models.draft_head import DraftHead, DraftHeadConfig, target_fingerprint, ttt_weights
     from training.features import FeatureStore
     from training.loop import (TrainState, build_batch, dense_rows, evaluate, load_checkpoint, lr_at,
                                make_batches, save_checkpoint, train_step)
@@ -151,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(len(s.ids) - s.n_prompt for s in train)} answer tokens), held out: {len(held)}; "
           f"{per_epoch} steps an epoch, {total} steps; features {t_feat:.1f} s; head -> {out}")
 
+    eval_steps = max(EVAL_STEPS, args.ttt_steps)
+
     from tqdm import tqdm
 
     bar = tqdm(total=total, initial=state.step, desc="train", unit="step", disable=args.quiet)
@@ -164,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             idx = batches[state.batch_in_epoch]
             batch = build_batch(idx, seqs, store, target, lm_rows, backend)
             opt.lr = lr_at(state.step, total, args.lr, args.warmup)
-            rec = train_step(head, opt, batch, lm_rows, args.ce_weight, args.clip)
+            rec = train_step(head, opt, batch, lm_rows, args.ce_weight, args.clip, args.ttt_steps)
             rec["lr"] = opt.lr
             state.history.append(rec)
             state.step += 1
@@ -173,9 +182,10 @@ def main(argv: list[str] | None = None) -> int:
             bar.update(1)
             bar.set_postfix(loss=f"{rec['loss']:.3f}", ce=f"{rec['ce']:.3f}")
             if held_batches and (state.step % args.eval_every == 0 or state.step == total):
-                ev = evaluate(head, held_batches, seqs, store, target, lm_rows, args.ce_weight)
+                ev = evaluate(head, held_batches, seqs, store, target, lm_rows, args.ce_weight, eval_steps)
                 state.evals.append({"step": state.step, **ev})
-                bar.write(f"step {state.step}: held-out loss {ev['loss']:.4f}, top-1 agreement {ev['top1']:.3f}")
+                bar.write(f"step {state.step}: held-out loss {ev['loss']:.4f}, top-1 agreement {ev['top1']:.3f} "
+                          f"(draft steps {_fmt(ev['top1_steps'])})")
             if state.step % args.save_every == 0:
                 save_checkpoint(out, head, opt, state)
             if args.time_limit and time.perf_counter() - t0 > args.time_limit:
@@ -189,11 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     t_train = time.perf_counter() - t1
     if held_batches and (not state.evals or state.evals[-1]["step"] != state.step):
         state.evals.append({"step": state.step, **evaluate(head, held_batches, seqs, store, target, lm_rows,
-                                                           args.ce_weight)})
+                                                           args.ce_weight, eval_steps)})
     save_checkpoint(out, head, opt, state)
     cfg.training = {"data": [Path(args.data_file).name, *[Path(g).name for g in args.generated]],
                     "sequences": len(train), "tokens": n_tokens, "steps": state.step, "epochs": args.epochs,
                     "lr": args.lr, "tokens_per_step": args.tokens_per_step, "backend": args.backend,
+                    "ttt_steps": args.ttt_steps, "ttt_weights": ttt_weights(args.ttt_steps),
                     "train_seconds_this_run": round(t_train, 1), "feature_seconds": round(t_feat, 1),
                     "heldout": state.evals[-1] if state.evals else None}
     head.save(out, args.save_dtype)
@@ -204,8 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         plot_losses(state, out / "loss.png")
     last = state.evals[-1] if state.evals else {}
     print(f"head saved to {out} ({state.step} steps, {t_train:.1f} s, {report['tokens_per_s']} tokens/s); "
-          f"held-out top-1 agreement {last.get('top1', float('nan')):.3f}, loss {last.get('loss', float('nan')):.4f}")
+          f"held-out top-1 agreement {last.get('top1', float('nan')):.3f}"
+          f"{' (draft steps ' + _fmt(last['top1_steps']) + ')' if 'top1_steps' in last else ''}, "
+          f"loss {last.get('loss', float('nan')):.4f}")
     return 0
+
+
+def _fmt(xs) -> str:
+    return " ".join(f"{x:.3f}" for x in xs)
 
 
 def plot_losses(state, path: Path) -> None:
@@ -219,10 +236,14 @@ def plot_losses(state, path: Path) -> None:
     ax[0].plot([h["loss"] for h in state.history], lw=0.8, label="train")
     if state.evals:
         ax[0].plot([e["step"] for e in state.evals], [e["loss"] for e in state.evals], "o-", label="held out")
-        ax[1].plot([e["step"] for e in state.evals], [e["top1"] for e in state.evals], "o-")
+        steps = [e["step"] for e in state.evals]
+        n = min(len(e.get("top1_steps", [e["top1"]])) for e in state.evals)
+        for j in range(n):
+            ax[1].plot(steps, [e.get("top1_steps", [e["top1"]])[j] for e in state.evals], "o-", label=f"draft {j + 1}")
+        ax[1].legend()
     ax[0].set(xlabel="step", ylabel="loss", title="SmoothL1 + 0.1 x soft CE")
     ax[0].legend()
-    ax[1].set(xlabel="step", ylabel="top-1 agreement", title="held out: head's first draft = target's token")
+    ax[1].set(xlabel="step", ylabel="top-1 agreement", title="held out: head's draft j = target's token")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

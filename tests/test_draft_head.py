@@ -23,7 +23,7 @@ from minitorch.models import ModelLoadError, load_model
 from minitorch.models.draft_head import DraftHead, DraftHeadConfig, head_loss, load_head, target_fingerprint
 
 torch = pytest.importorskip("torch")
-from backends import BACKENDS  # noqa: E402
+from backends import BACKENDS, FAST_BACKENDS  # noqa: E402
 from test_models_util import hf_qwen2, save_hf, tiny_bpe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,3 +197,168 @@ def test_cli_errors_are_one_line_exit_2(target, tmp_path):
     # a one-line answer for the CUDA-graph path too (before any GPU is touched)
     r = _run("project/run_spec_decoding.py", "--target", str(path), "--drafter", "head", "--backend", "cuda")
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+# -- training-time test (DraftHead.forward_steps) ------------------------------------------------------
+
+def _tiny_head(backend=minitorch.FastBackend, seed=1) -> DraftHead:
+    """A head of its own small shapes (4 query heads over 2 kv heads: GQA), no target needed."""
+    cfg = DraftHeadConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=8, rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=128,
+                          head_vocab=40, target_fingerprint="0" * 16)
+    head = DraftHead(cfg, backend, seed=seed)
+    rng = np.random.default_rng(seed + 100)
+    for name, p in head.named_parameters():  # the biases and norms off their zero / one starts: every weight counts
+        if name.endswith("bias") or name.endswith("layernorm.weight"):
+            arr = np.asarray(p.value.to_numpy()) + 0.1 * rng.standard_normal(p.value.shape)
+            p.update(minitorch.from_numpy(arr.astype(np.float32), backend=backend))
+            p.value.requires_grad_(True)
+    return head
+
+
+def _drafting_reference(head, f, e, step, t):
+    """The head as HeadDrafter runs it: a KV cache over the verified positions 0..t-step+1 (the target's features),
+    then one position at a time reading its own previous output, up to position t. Returns g at t (D,)."""
+    be = head.backend
+    cache = head.new_cache(64)
+    p = t - step + 1
+    g = head(minitorch.from_numpy(f[None, :p + 1], backend=be), minitorch.from_numpy(e[None, :p + 1], backend=be), cache)
+    last = np.asarray(g.to_numpy())[0, -1]
+    for pos in range(p + 1, t + 1):
+        g = head(minitorch.from_numpy(last[None, None].copy(), backend=be),
+                 minitorch.from_numpy(e[None, pos:pos + 1], backend=be), cache)
+        last = np.asarray(g.to_numpy())[0, -1]
+    return last
+
+
+def _steps_vs_drafting(head, steps=4, B=2, T=9, seed=0) -> float:
+    """Largest |forward_steps - drafting reference| over every step, batch row and position t >= step-1."""
+    rng = np.random.default_rng(seed)
+    D = head.config.hidden_size
+    f, e = (rng.standard_normal((B, T, D)).astype(np.float32) for _ in range(2))
+    gs = head.forward_steps(minitorch.from_numpy(f), minitorch.from_numpy(e), steps)
+    worst = 0.0
+    for j, g in enumerate(gs, 1):
+        out = np.asarray(g.to_numpy())
+        assert np.isfinite(out).all()  # positions t < j-1 too (unscored, but they feed nothing scored)
+        for b in range(B):
+            for t in range(j - 1, T):
+                worst = max(worst, float(np.abs(out[b, t] - _drafting_reference(head, f[b], e[b], j, t)).max()))
+    return worst
+
+
+def test_forward_steps_equal_drafting_with_a_kv_cache():
+    """Step j's output at position t is the head's j-th draft after the verified context 0..t-j+1, computed as the
+    drafter computes it (a KV cache, one position at a time on its own outputs)."""
+    assert _steps_vs_drafting(_tiny_head()) < 1e-5
+
+
+def test_an_off_by_one_in_the_step_mask_is_caught(monkeypatch):
+    """The same check fails when step j may read one step-1 key too many (s <= t-j+2: the key of the position whose
+    feature step j is guessing)."""
+    from minitorch.models import draft_head
+
+    head = _tiny_head()
+    assert _steps_vs_drafting(head, steps=2) < 1e-5
+    real = draft_head.ttt_context_mask
+    monkeypatch.setattr(draft_head, "ttt_context_mask", lambda t, step: real(t, step - 1))
+    assert _steps_vs_drafting(head, steps=2) > 1e-3
+
+
+def test_forward_steps_step_one_is_forward_bit_for_bit():
+    """Step 1 of forward_steps runs the layer's own ops: the same g and the same gradients as forward."""
+    rng = np.random.default_rng(2)
+    f, e = (minitorch.from_numpy(rng.standard_normal((2, 7, 32)).astype(np.float32)) for _ in range(2))
+    grads = []
+    for run in (lambda h: h(f, e), lambda h: h.forward_steps(f, e, 1)[0]):
+        head = _tiny_head()
+        g = run(head)
+        (g * g).sum().backward()
+        grads.append((np.asarray(g.to_numpy()), {n: np.asarray(p.value.grad.to_numpy()) for n, p in head.named_parameters()}))
+    np.testing.assert_array_equal(grads[0][0], grads[1][0])
+    for n in grads[0][1]:
+        np.testing.assert_array_equal(grads[0][1][n], grads[1][1][n], err_msg=n)
+
+
+def _torch_steps(P, c, feats, emb, steps):
+    """forward_steps written in torch, attention built position by position from the key sets drafting sees:
+    step 1's keys 0..t-j+1, then step i's key at t-j+i for i = 2..j."""
+    def rms(v, w):
+        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + c.rms_norm_eps) * w
+
+    b, t, _ = feats.shape
+    hd, rep = c.head_dim, c.num_attention_heads // c.num_key_value_heads
+    inv = 1.0 / (c.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+    fr = torch.outer(torch.arange(t, dtype=torch.float32), inv)
+    cos, sin = torch.cat([fr, fr], -1).cos(), torch.cat([fr, fr], -1).sin()
+
+    def rot(z):
+        return z * cos + torch.cat([-z[..., hd // 2:], z[..., :hd // 2]], -1) * sin
+
+    def proj(h, name):
+        a = "layer.self_attn." + name
+        return (h @ P[a + ".weight"].T + P[a + ".bias"]).view(b, t, -1, hd).transpose(1, 2)
+
+    gs, ks, vs = [], [], []
+    for j in range(1, steps + 1):
+        inp = feats if j == 1 else torch.cat([feats[:, :1], gs[-1][:, :-1]], 1)
+        x = torch.cat([inp, emb], -1) @ P["fc.weight"].T + P["fc.bias"]
+        h = rms(x, P["layer.input_layernorm.weight"])
+        q, k, v = rot(proj(h, "q_proj")), rot(proj(h, "k_proj")), proj(h, "v_proj")
+        ks.append(k)
+        vs.append(v)
+        rows = []
+        for pos in range(t):
+            kk = [ks[0][:, :, :max(pos - j + 2, 0)]] + [ks[i - 1][:, :, pos - j + i:pos - j + i + 1]
+                                                        for i in range(2, j + 1) if pos - j + i >= 0]
+            vv = [vs[0][:, :, :max(pos - j + 2, 0)]] + [vs[i - 1][:, :, pos - j + i:pos - j + i + 1]
+                                                        for i in range(2, j + 1) if pos - j + i >= 0]
+            kk, vv = torch.cat(kk, 2).repeat_interleave(rep, 1), torch.cat(vv, 2).repeat_interleave(rep, 1)
+            s = (q[:, :, pos:pos + 1] @ kk.transpose(2, 3)) * hd ** -0.5
+            rows.append(s.softmax(-1) @ vv)
+        o = torch.cat(rows, 2).transpose(1, 2).reshape(b, t, -1) @ P["layer.self_attn.o_proj.weight"].T
+        hh = x + o
+        m = rms(hh, P["layer.post_attention_layernorm.weight"])
+        mlp = torch.nn.functional.silu(m @ P["layer.mlp.gate_proj.weight"].T) * (m @ P["layer.mlp.up_proj.weight"].T)
+        gs.append(hh + mlp @ P["layer.mlp.down_proj.weight"].T)
+    return gs
+
+
+@pytest.mark.parametrize("steps", [2, 3])
+@pytest.mark.parametrize("backend", FAST_BACKENDS)
+def test_ttt_loss_and_gradients_match_torch(backend, steps):
+    """The training-time test's loss (weighted steps, step j scored at t >= j-1) and its gradients, through the
+    g's into the earlier steps, against the same computation in torch."""
+    from minitorch.models.draft_head import ttt_loss, ttt_weights
+
+    head = _tiny_head(backend, seed=4)
+    c = head.config
+    rng = np.random.default_rng(5)
+    B, T, D, N = 2, 7, c.hidden_size, c.head_vocab
+    f, e, nf = (rng.standard_normal((B, T, D)).astype(np.float32) for _ in range(3))
+    lm = rng.standard_normal((N, D)).astype(np.float32) * 0.3
+    p = np.exp(nf @ lm.T)
+    p = (p / p.sum(-1, keepdims=True)).astype(np.float32)
+    mask = (rng.random((B, T)) < 0.8).astype(np.float32)
+    F, E, NF, L, PP, M = (minitorch.from_numpy(a, backend=backend) for a in (f, e, nf, lm, p, mask))
+    gs = head.forward_steps(F, E, steps)
+    loss, parts = ttt_loss(gs, [head.logits(g, L, N) for g in gs], NF, PP, M, 0.1)
+    loss.backward()
+
+    P = {n: torch.tensor(np.asarray(q.value.to_numpy()), requires_grad=True) for n, q in head.named_parameters()}
+    tgs = _torch_steps(P, c, torch.tensor(f), torch.tensor(e), steps)
+    tloss = 0.0
+    for j, (tg, w) in enumerate(zip(tgs, ttt_weights(steps)), 1):
+        tm = torch.tensor(mask)
+        tm[:, :j - 1] = 0
+        tfeat = (torch.nn.functional.smooth_l1_loss(tg, torch.tensor(nf), reduction="none") * tm[..., None]).sum() / (tm.sum() * D)
+        tce = -(torch.tensor(p) * (tg @ torch.tensor(lm).T).log_softmax(-1) * tm[..., None]).sum() / tm.sum()
+        np.testing.assert_allclose(float(parts[j - 1][0].item()), float((tfeat + 0.1 * tce).detach()), rtol=1e-4)
+        tloss = tloss + w * (tfeat + 0.1 * tce)
+    tloss.backward()
+    for g, tg in zip(gs, tgs):
+        np.testing.assert_allclose(np.asarray(g.to_numpy()), tg.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(float(loss.item()), float(tloss), rtol=1e-4)
+    for name, par in head.named_parameters():
+        np.testing.assert_allclose(np.asarray(par.value.grad.to_numpy()), P[name].grad.numpy(), rtol=2e-3, atol=2e-5,
+                                   err_msg=name)

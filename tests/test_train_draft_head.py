@@ -159,3 +159,117 @@ def test_the_targets_own_answers_come_first_so_a_time_limit_keeps_them(setup):
     n_gen = sources.count("gen.jsonl")
     assert n_gen > 0 and sources[:n_gen] == ["gen.jsonl"] * n_gen, sources
     assert len(held) == HELDOUT and all(s.source == "train.jsonl" for s in held)
+
+
+# -- training-time test (--ttt-steps) -----------------------------------------------------------------
+
+def _random_batch(head, B=2, T=8, seed=0):
+    import minitorch
+
+    rng = np.random.default_rng(seed)
+    c = head.config
+    D, N = c.hidden_size, c.head_vocab
+    f, e, nf = (rng.standard_normal((B, T, D)).astype(np.float32) for _ in range(3))
+    lm = (rng.standard_normal((N, D)) * 0.3).astype(np.float32)
+    p = np.exp(nf @ lm.T)
+    mask = (rng.random((B, T)) < 0.8).astype(np.float32)
+    t = (minitorch.from_numpy(a, backend=head.backend) for a in (f, e, nf, (p / p.sum(-1, keepdims=True)).astype(np.float32), mask))
+    batch = loop.Batch(*t, next_argmax=np.full((B, T), -1), n_tokens=int(mask.sum()))
+    return batch, minitorch.from_numpy(lm, backend=head.backend)
+
+
+def _small_head(seed=3):
+    import minitorch
+    from minitorch.models.draft_head import DraftHeadConfig
+
+    cfg = DraftHeadConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                          rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=128, head_vocab=40,
+                          target_fingerprint="0" * 16)
+    return DraftHead(cfg, minitorch.FastBackend, seed=seed)
+
+
+def test_one_ttt_step_is_the_training_step_of_before_bit_for_bit():
+    """--ttt-steps 1 (the default): train_step's loss parts, gradients and updated weights are exactly those of the
+    step as it was (forward, head_loss, backward, clip, Adam); so are those of ttt_loss over forward_steps(.., 1)."""
+    from minitorch import Adam
+    from minitorch.models.draft_head import head_loss, ttt_loss
+
+    def before(head, opt, batch, lm):  # train_step before --ttt-steps, verbatim
+        opt.zero_grad()
+        g = head(batch.feats, batch.emb)
+        logits = head.logits(g, lm, lm.shape[0])
+        loss, feat, ce = head_loss(g, logits, batch.next_feats, batch.probs, batch.mask, 0.1)
+        loss.backward()
+        norm = loop.clip_gradients(head.parameters(), 0.5)
+        opt.step()
+        return {"loss": float(loss.item()), "feat": float(feat.item()), "ce": float(ce.item()), "grad_norm": norm}
+
+    def via_steps(head, opt, batch, lm):  # the same through forward_steps and ttt_loss with one step
+        opt.zero_grad()
+        gs = head.forward_steps(batch.feats, batch.emb, 1)
+        loss, [(_, feat, ce)] = ttt_loss(gs, [head.logits(gs[0], lm, lm.shape[0])], batch.next_feats, batch.probs,
+                                          batch.mask, 0.1)
+        loss.backward()
+        norm = loop.clip_gradients(head.parameters(), 0.5)
+        opt.step()
+        return {"loss": float(loss.item()), "feat": float(feat.item()), "ce": float(ce.item()), "grad_norm": norm}
+
+    runs = []
+    for step in (lambda h, o, b, lm: loop.train_step(h, o, b, lm, 0.1, 0.5, 1), before, via_steps):
+        head = _small_head()
+        opt = Adam(head.parameters(), lr=1e-2)
+        recs, grads = [], None
+        for i in range(2):
+            batch, lm = _random_batch(head, seed=i)
+            recs.append(step(head, opt, batch, lm))
+            grads = grads or {n: np.asarray(p.value.grad.to_numpy()).copy() for n, p in head.named_parameters()}
+        runs.append((recs, grads, {n: np.asarray(p.value.to_numpy()) for n, p in head.named_parameters()}))
+    for recs, grads, weights in runs[1:]:
+        assert recs == runs[0][0]
+        for n in grads:
+            np.testing.assert_array_equal(grads[n], runs[0][1][n], err_msg=n)
+            np.testing.assert_array_equal(weights[n], runs[0][2][n], err_msg=n)
+
+
+def test_two_ttt_steps_train_and_report_each_step():
+    """--ttt-steps 2: the objective is step 1's loss + 0.8 x step 2's, both reported; the step lowers it."""
+    from minitorch import Adam
+
+    head = _small_head()
+    opt = Adam(head.parameters(), lr=3e-3)
+    batch, lm = _random_batch(head)
+    recs = [loop.train_step(head, opt, batch, lm, 0.1, 0.5, 2) for _ in range(5)]
+    for r in recs:
+        assert set(r) == {"loss", "feat", "ce", "grad_norm", "loss_step2"}
+        np.testing.assert_allclose(r["loss"], r["feat"] + 0.1 * r["ce"] + 0.8 * r["loss_step2"], rtol=1e-5)
+    assert recs[-1]["loss"] < recs[0]["loss"]
+
+
+@pytest.mark.parametrize("value", ["0", "5", "-1"])
+def test_ttt_steps_out_of_range_is_one_line_exit_2(value):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "project/train_draft_head.py", "--ttt-steps", value], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--ttt-steps must be in 1..4" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_ttt_steps_limit_is_the_heads():
+    from minitorch.models.draft_head import TTT_MAX_STEPS
+
+    assert train_draft_head.TTT_MAX_STEPS == TTT_MAX_STEPS
+
+
+def test_a_ttt_run_records_its_steps_and_each_steps_agreement(setup):
+    """--ttt-steps 2 on the tiny target: head.json and report.json name it; the held-out evaluation reports the
+    top-1 agreement of draft steps 1..3 (as a run without it does)."""
+    model, tok, root, rows = setup
+    out = _train(root, "ttt2", "--max-steps", "3", "--ttt-steps", "2")
+    training = json.loads((out / "head.json").read_text())["training"]
+    assert training["ttt_steps"] == 2 and training["ttt_weights"] == [1.0, 0.8]
+    report = json.loads((out / "report.json").read_text())
+    ev = report["evals"][-1]
+    assert report["ttt_steps"] == 2 and len(ev["top1_steps"]) == 3 and ev["top1_steps"][0] == ev["top1"]
+    assert all(0.0 <= a <= 1.0 for a in ev["top1_steps"])

@@ -6,6 +6,10 @@ One step over a batch of B sequences padded to T (B x T <= --tokens-per-step), f
     labels   f_{t+1} and p_{t+1} = softmax(f_{t+1} @ lm_head[:N]^T)     the target's own next feature and distribution
     loss     SmoothL1(g_t, f_{t+1}) + 0.1 x soft cross-entropy(p_{t+1}, g_t @ lm_head[:N]^T), answer positions only
 
+With --ttt-steps K > 1 (EAGLE-3's training-time test, DraftHead.forward_steps) the same pass also runs draft
+steps 2..K, where position t reads the previous step's output g_{t-1} instead of f_t, as drafting does; each
+step has step 1's labels, and the loss is sum_j 0.8^(j-1) x step j's loss (ttt_loss). K = 1 is the pass above.
+
 then loss.backward() through the head (our backward passes: linear, RMSNorm, rope, attention, SwiGLU), a
 global gradient-norm clip and Adam. A checkpoint (the head, Adam's moments, the step, the loss history) is
 written every --save-every steps and at the end, so an interrupted run resumes where it stopped.
@@ -22,7 +26,7 @@ import numpy as np
 
 from minitorch import Adam, from_numpy, nn, no_grad
 from minitorch import tensor as make_tensor
-from minitorch.models.draft_head import DraftHead, head_loss
+from minitorch.models.draft_head import DraftHead, head_loss, ttt_loss, ttt_step_mask
 
 from .data import Sequence_
 from .features import FeatureStore
@@ -123,36 +127,57 @@ def clip_gradients(params: Sequence[Any], max_norm: float) -> float:
     return norm
 
 
-def train_step(head: DraftHead, opt: Adam, batch: Batch, lm_rows: Any, ce_weight: float, clip: float) -> dict[str, float]:
-    """Forward, backward, clip, Adam: one step. Returns the loss parts."""
+def train_step(head: DraftHead, opt: Adam, batch: Batch, lm_rows: Any, ce_weight: float, clip: float,
+               ttt_steps: int = 1) -> dict[str, float]:
+    """Forward, backward, clip, Adam: one step. Returns the loss parts: loss (the objective), feat and ce (step
+    1's), and with ttt_steps > 1 each later step's unweighted loss (loss_step2, ...)."""
     opt.zero_grad()
-    g = head(batch.feats, batch.emb)
-    logits = head.logits(g, lm_rows, lm_rows.shape[0])
-    loss, feat, ce = head_loss(g, logits, batch.next_feats, batch.probs, batch.mask, ce_weight)
+    later = []
+    if ttt_steps == 1:
+        g = head(batch.feats, batch.emb)
+        logits = head.logits(g, lm_rows, lm_rows.shape[0])
+        loss, feat, ce = head_loss(g, logits, batch.next_feats, batch.probs, batch.mask, ce_weight)
+    else:
+        gs = head.forward_steps(batch.feats, batch.emb, ttt_steps)
+        logits = [head.logits(g, lm_rows, lm_rows.shape[0]) for g in gs]
+        loss, parts = ttt_loss(gs, logits, batch.next_feats, batch.probs, batch.mask, ce_weight)
+        (_, feat, ce), later = parts[0], parts[1:]
     loss.backward()
     norm = clip_gradients(head.parameters(), clip)
     opt.step()
-    return {"loss": float(loss.item()), "feat": float(feat.item()), "ce": float(ce.item()), "grad_norm": norm}
+    rec = {"loss": float(loss.item()), "feat": float(feat.item()), "ce": float(ce.item()), "grad_norm": norm}
+    for j, (lj, _, _) in enumerate(later, 2):
+        rec[f"loss_step{j}"] = float(lj.item())
+    return rec
 
 
 def evaluate(head: DraftHead, batches: Sequence[list[int]], seqs: Sequence[Sequence_], store: FeatureStore,
-             target: Any, lm_rows: Any, ce_weight: float) -> dict[str, float]:
+             target: Any, lm_rows: Any, ce_weight: float, steps: int = 1) -> dict[str, Any]:
     """Held-out loss and top-1 agreement: how often the head's first draft (its argmax over its ids, from the
-    target's own feature) is the target's greedy token, over answer positions."""
-    tot = {"loss": 0.0, "top1": 0.0, "n": 0.0}
+    target's own feature) is the target's greedy token, over answer positions. With steps > 1 also per draft
+    step j (DraftHead.forward_steps: step j reads the head's own step j-1 output, as drafting does), over the
+    answer positions t >= j-1: top1_steps and loss_steps (unweighted), whose first entries are top1 and loss."""
+    tot = {"loss": [0.0] * steps, "top1": [0.0] * steps, "n": [0.0] * steps}
     with no_grad():
         for idx in batches:
             b = build_batch(idx, seqs, store, target, lm_rows, head.backend, with_argmax=True)
-            g = head(b.feats, b.emb)
-            logits = head.logits(g, lm_rows, lm_rows.shape[0])
-            loss, _, _ = head_loss(g, logits, b.next_feats, b.probs, b.mask, ce_weight)
-            pred = np.asarray(logits.to_numpy()).argmax(-1)
-            m = np.asarray(b.mask.to_numpy()) > 0
-            tot["loss"] += float(loss.item()) * b.n_tokens
-            tot["top1"] += float((pred[m] == b.next_argmax[m]).sum())
-            tot["n"] += b.n_tokens
-    n = max(tot["n"], 1.0)
-    return {"loss": tot["loss"] / n, "top1": tot["top1"] / n, "tokens": int(tot["n"])}
+            gs = head(b.feats, b.emb) if steps == 1 else head.forward_steps(b.feats, b.emb, steps)
+            for j, g in enumerate([gs] if steps == 1 else gs, 1):
+                mask = b.mask if j == 1 else ttt_step_mask(b.mask, j)
+                logits = head.logits(g, lm_rows, lm_rows.shape[0])
+                loss, _, _ = head_loss(g, logits, b.next_feats, b.probs, mask, ce_weight)
+                pred = np.asarray(logits.to_numpy()).argmax(-1)
+                m = np.asarray(mask.to_numpy()) > 0
+                n = float(m.sum())
+                tot["loss"][j - 1] += float(loss.item()) * n
+                tot["top1"][j - 1] += float((pred[m] == b.next_argmax[m]).sum())
+                tot["n"][j - 1] += n
+    loss = [x / max(n, 1.0) for x, n in zip(tot["loss"], tot["n"])]
+    top1 = [x / max(n, 1.0) for x, n in zip(tot["top1"], tot["n"])]
+    out: dict[str, Any] = {"loss": loss[0], "top1": top1[0], "tokens": int(tot["n"][0])}
+    if steps > 1:
+        out.update(top1_steps=top1, loss_steps=loss)
+    return out
 
 
 # -- checkpoints --------------------------------------------------------------------------------
