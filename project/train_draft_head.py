@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     t.add_argument("--max-steps", type=int, default=None, help="stop after N steps (default: --epochs decides)")
     t.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                    help="wall-clock budget: the features take at most half of it (training then uses the sequences "
-                   "done), training stops and saves when it is spent")
+                   "done), the learning rate's decay is paced to end with it, training stops and saves when it is spent")
     o = p.add_argument_group("output")
     o.add_argument("--output", default=None, help="folder for the head (default: the cache's heads/<target fingerprint>)")
     o.add_argument("--resume", action="store_true", help="continue the checkpoint in --output")
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     from minitorch.models.draft_head import DraftHead, DraftHeadConfig, target_fingerprint, ttt_weights
     from training.features import FeatureStore
     from training.loop import (TrainState, build_batch, dense_rows, evaluate, load_checkpoint, lr_at,
-                               make_batches, save_checkpoint, train_step)
+                               make_batches, save_checkpoint, time_bounded_total, train_step)
 
     backend = get_backend(args.backend)
     target, tok = load_model(args.target, backend=backend, progress=not args.quiet, weights=args.weights)
@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
 
     bar = tqdm(total=total, initial=state.step, desc="train", unit="step", disable=args.quiet)
     t1 = time.perf_counter()
+    # with --time-limit the schedule ends when the time does (time_bounded_total): what is left after the features
+    budget = args.time_limit - (t1 - t0) if args.time_limit else None
+    start_step = state.step
     tokens_done = 0
     out_of_time = False
     while state.step < total and not out_of_time:
@@ -172,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         while state.batch_in_epoch < len(batches) and state.step < total:
             idx = batches[state.batch_in_epoch]
             batch = build_batch(idx, seqs, store, target, lm_rows, backend)
-            opt.lr = lr_at(state.step, total, args.lr, args.warmup)
+            sched = total if budget is None else time_bounded_total(total, start_step, state.step,
+                                                                    time.perf_counter() - t1, budget)
+            opt.lr = lr_at(state.step, sched, args.lr, args.warmup)
             rec = train_step(head, opt, batch, lm_rows, args.ce_weight, args.clip, args.ttt_steps)
             rec["lr"] = opt.lr
             state.history.append(rec)

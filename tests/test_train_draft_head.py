@@ -273,3 +273,17 @@ def test_a_ttt_run_records_its_steps_and_each_steps_agreement(setup):
     ev = report["evals"][-1]
     assert report["ttt_steps"] == 2 and len(ev["top1_steps"]) == 3 and ev["top1_steps"][0] == ev["top1"]
     assert all(0.0 <= a <= 1.0 for a in ev["top1_steps"])
+
+
+def test_a_time_limited_schedule_ends_its_decay_when_the_time_does():
+    """--time-limit paces the cosine decay: the projected end of the schedule is this run's pace over the budget,
+    never past --epochs' total, and the learning rate reaches its floor (a tenth) at that step."""
+    f = loop.time_bounded_total
+    assert f(300, 0, 3, elapsed=1.0, budget=100.0) == 300  # too few steps to know the pace
+    assert f(300, 0, 10, elapsed=20.0, budget=100.0) == 50  # 2 s a step, 100 s: 50 steps
+    assert f(300, 40, 50, elapsed=20.0, budget=100.0) == 90  # a resumed run counts its own steps from 40
+    assert f(30, 0, 10, elapsed=20.0, budget=1000.0) == 30  # never past the epochs' total
+    assert f(300, 0, 10, elapsed=200.0, budget=100.0) == 10  # over time: the schedule ends here
+    lr = 2e-3
+    assert loop.lr_at(50, f(300, 0, 10, 20.0, 100.0), lr, 5) == pytest.approx(0.1 * lr)
+    assert loop.lr_at(50, 300, lr, 5) > 0.8 * lr  # what the run did before: its decay barely begun when time ran out

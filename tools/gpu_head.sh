@@ -4,8 +4,9 @@
 #   bash tools/gpu_head.sh gen N     the target's own greedy answers to N GSM8K *train* problems from ${OFFSET:-0} (the
 #                                    CUDA-graph path, speculative mode = the target's text), kept in /root/gen for
 #                                    the next call and copied to $OUT/train_gen.jsonl (commit it under data/)
-#   bash tools/gpu_head.sh train     train a head with --backend cuda on GSM8K train (+ /root/gen's answers), then
-#                                    its acceptance on GSM8K test first 5 (CPU engine on the CUDA backend, float32)
+#   bash tools/gpu_head.sh train     train a head with --backend cuda on GSM8K train (+ /root/gen's answers) for
+#                                    TRAIN_LIMIT s (default 420; --ttt-steps ${TTT:-3}), then (EVAL_N > 0, default 5)
+#                                    its acceptance on GSM8K test first EVAL_N (CPU engine on the CUDA backend, float32)
 #                                    and the 0.5B draft's on the same engine; the head (float16, in 15 MB parts:
 #                                    `cat head.safetensors.part* > head.safetensors`) and its report to $OUT
 #   bash tools/gpu_head.sh tests     the head on the CUDA-graph path against the CPU HeadDrafter:
@@ -14,7 +15,8 @@
 #                                    GSM8K first ${BENCH_N:-20}, gamma G (default 4), one call: tokens/s, acceptance,
 #                                    identical texts. The head: $HEAD_DIR, else /root/head from an earlier `train` call
 #                                    on this machine, else one trained here first (TRAIN_LIMIT, default 200 s);
-#                                    KINDS="head" benches the head alone
+#                                    KINDS="head" benches the head alone; SETS="gsm8k math500" (default gsm8k)
+#                                    names the sets (MATH-500 through benchmark_limo.py, first BENCH_N too)
 set -u
 OUT="${OUT:-/tmp/gpu}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MINITORCH_SPEC_CACHE=/root/cache
@@ -38,9 +40,10 @@ train)
   log "train ${GEN[*]}"
   python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" \
     --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
-    --time-limit "${TRAIN_LIMIT:-420}" --output /root/head --quiet 2>&1 | tee "$OUT/train.log" | tail -25
+    --ttt-steps "${TTT:-3}" --time-limit "${TRAIN_LIMIT:-420}" --output /root/head --quiet 2>&1 | tee "$OUT/train.log" | tail -25
   split -b 15000000 -d -a 1 /root/head/head.safetensors "$OUT/head.safetensors.part"  # 16 MiB a file comes back
   cp /root/head/head.json /root/head/report.json /root/head/loss.png "$OUT/" 2>/dev/null
+  [ "${EVAL_N:-5}" -gt 0 ] || { log done; exit 0; }
   log "acceptance"
   timeout "${EVAL_LIMIT:-200}" python3 project/benchmark_gsm8k.py --backend cuda --dtype float32 --drafter head \
     --head /root/head --gamma 4 --limit "${EVAL_N:-5}" --max-new-tokens 256 --modes spec --no-plots --no-progress \
@@ -64,17 +67,22 @@ bench)
     GEN=(--generated data/gsm8k/generated/*.jsonl); [ -f /root/gen/train_gen.jsonl ] && GEN+=(/root/gen/train_gen.jsonl)
     python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" \
       --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
-      --time-limit "${TRAIN_LIMIT:-200}" --output "$HEAD" --quiet > "$OUT/train.log" 2>&1; echo "train rc=$?"
+      --ttt-steps "${TTT:-3}" --time-limit "${TRAIN_LIMIT:-200}" --output "$HEAD" --quiet > "$OUT/train.log" 2>&1
+    echo "train rc=$?"
     tail -6 "$OUT/train.log"
     cp "$HEAD/head.json" "$HEAD/report.json" "$HEAD/loss.png" "$OUT/" 2>/dev/null
   fi
-  for kind in ${KINDS:-head model}; do
-    log "GSM8K first ${BENCH_N:-20}, --backend cuda --drafter $kind --gamma $G"
-    EXTRA=(); [ "$kind" = head ] && EXTRA=(--head "$HEAD")
-    timeout "${BENCH_LIMIT:-170}" python3 project/benchmark_gsm8k.py --limit "${BENCH_N:-20}" --backend cuda \
-      --drafter "$kind" "${EXTRA[@]}" --gamma "$G" --no-plots --no-progress -o "$OUT/gsm8k_$kind.jsonl" \
-      > "$OUT/bench_$kind.log" 2>&1; echo "bench $kind rc=$?"
-    tail -16 "$OUT/bench_$kind.log"
+  for set in ${SETS:-gsm8k}; do
+    for kind in ${KINDS:-head model}; do
+      log "$set first ${BENCH_N:-20}, --backend cuda --drafter $kind --gamma $G"
+      EXTRA=(); [ "$kind" = head ] && EXTRA=(--head "$HEAD")
+      PROG=(project/benchmark_gsm8k.py); [ "$set" = gsm8k ] || PROG=(project/benchmark_limo.py --dataset "$set")
+      NAME="${set/gsm8k/}"; NAME="${NAME:+${set}_}"
+      timeout "${BENCH_LIMIT:-170}" python3 "${PROG[@]}" --limit "${BENCH_N:-20}" --backend cuda \
+        --drafter "$kind" "${EXTRA[@]}" --gamma "$G" --no-plots --no-progress -o "$OUT/${set}_$kind.jsonl" \
+        > "$OUT/bench_$NAME$kind.log" 2>&1; echo "bench $set $kind rc=$?"
+      tail -16 "$OUT/bench_$NAME$kind.log"
+    done
   done
   python3 - "$OUT/gsm8k_head.jsonl" "$OUT/gsm8k_model.jsonl" <<'PY' || true
 import json, sys

@@ -115,6 +115,17 @@ def lr_at(step: int, total: int, lr: float, warmup: int) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
+def time_bounded_total(total: int, start_step: int, step: int, elapsed: float, budget: float,
+                       measured: int = 5) -> int:
+    """The step count the learning-rate schedule ends at when training has `budget` seconds: this run's pace so
+    far (step - start_step steps in `elapsed` s, counted once `measured` steps are done) projected over the
+    budget, at most `total`. So a --time-limit run ends its cosine decay when its time does, not part-way."""
+    done = step - start_step
+    if done < measured or elapsed <= 0:
+        return total
+    return max(step, min(total, start_step + int(done * budget / elapsed)))
+
+
 def clip_gradients(params: Sequence[Any], max_norm: float) -> float:
     """Scale all gradients so that their global norm is at most max_norm; returns the norm before."""
     grads = [p.value.grad for p in params if p.value is not None and p.value.grad is not None]
