@@ -155,6 +155,7 @@ def _tile_codegen(act: str, bits: int):
         maddwd = cgutils.get_or_insert_function(mod, ir.FunctionType(_V8I, [_V16H, _V16H]), "llvm.x86.avx2.pmadd.wd")
         psign = cgutils.get_or_insert_function(mod, ir.FunctionType(_V32B, [_V32B, _V32B]), "llvm.x86.avx2.psign.b")
         ones16 = ir.Constant(_V16H, [ir.Constant(ir.IntType(16), 1)] * 16)
+        zero16 = ir.Constant(_V16H, None)
         halves = [ir.Constant(_V8I, [ir.Constant(_I32, 8 * h + j) for j in range(8)]) for h in (0, 1)]
         whole = ir.Constant(ir.VectorType(_I32, 16), [ir.Constant(_I32, j) for j in range(16)])
 
@@ -210,6 +211,7 @@ def _tile_codegen(act: str, bits: int):
             C = _chunks(R, wide)
             slots = [[cgutils.alloca_once(builder, acc_ty) for _ in range(C)] for _ in range(R)]
             slots2 = [[cgutils.alloca_once(builder, _VI) for _ in range(C)] for _ in range(R)]
+            acc16 = [[[cgutils.alloca_once(builder, _V16H) for _ in (0, 1)] for _ in range(C)] for _ in range(R)]
             xrow = [builder.mul(builder.add(r0, c(r)), x_stride) for r in range(R)]
             srow = [builder.mul(builder.add(r0, c(r)), nb) for r in range(R)]
             arow = [builder.mul(builder.add(r0, c(r)), c(TILE)) for r in range(R)]
@@ -223,6 +225,8 @@ def _tile_codegen(act: str, bits: int):
                         for j in range(C):
                             builder.store(vzero_f if act == "f32" else vzero_i, slots[r][j])
                             builder.store(vzero_i, slots2[r][j])
+                            for h in (0, 1):
+                                builder.store(zero16, acc16[r][j][h])
                     if bits == 4:
                         wpb = builder.sdiv(block, c(8))
                         with cgutils.for_range(builder, wpb) as wl:
@@ -259,10 +263,34 @@ def _tile_codegen(act: str, bits: int):
                                     lo = builder.and_(wvs[j], nib)
                                     hi = builder.and_(builder.lshr(wvs[j], four), nib)
                                     for r in range(R):
-                                        builder.store(vnni(builder.load(slots[r][j]), lo, xlo[r]), slots[r][j])
-                                        # AVX2: one sum (its registers are fewer; integer sums are order-free)
-                                        s2 = slots2[r][j] if vnni_hw else slots[r][j]
-                                        builder.store(vnni(builder.load(s2), hi, xhi[r]), s2)
+                                        if vnni_hw:
+                                            builder.store(vnni(builder.load(slots[r][j]), lo, xlo[r]), slots[r][j])
+                                            builder.store(vnni(builder.load(slots2[r][j]), hi, xhi[r]), slots2[r][j])
+                                            continue
+                                        # AVX2: pmaddubsw's int16 pair sums (|.| <= 2 * 15 * 127 = 3,810) add up
+                                        # in int16 over up to 4 words (8 of them, <= 30,480: no overflow), and
+                                        # only then widen by pmaddwd (below): half the multiplies of widening
+                                        # every word, the same integer sum
+                                        for h in (0, 1):
+                                            wl_, wh_ = (builder.bitcast(builder.shuffle_vector(v, v, halves[h]), _V32B)
+                                                        for v in (lo, hi))
+                                            xl_, xh_ = (builder.bitcast(builder.shuffle_vector(v, v, halves[h]), _V32B)
+                                                        for v in (xlo[r], xhi[r]))
+                                            a16 = builder.add(builder.call(maddubs, [wl_, xl_]),
+                                                              builder.call(maddubs, [wh_, xh_]))
+                                            builder.store(builder.add(builder.load(acc16[r][j][h]), a16), acc16[r][j][h])
+                                if not vnni_hw:  # every 4th word and the block's last: widen into the int32 sums
+                                    last = builder.icmp_signed("==", wl.index, builder.sub(wpb, c(1)))
+                                    fourth = builder.icmp_signed("==", builder.and_(wl.index, c(3)), c(3))
+                                    with builder.if_then(builder.or_(last, fourth)):
+                                        for r in range(R):
+                                            for j in range(C):
+                                                parts16 = [builder.call(maddwd, [builder.load(acc16[r][j][h]), ones16])
+                                                           for h in (0, 1)]
+                                                builder.store(builder.add(builder.load(slots[r][j]), builder.shuffle_vector(
+                                                    parts16[0], parts16[1], whole)), slots[r][j])
+                                                for h in (0, 1):
+                                                    builder.store(zero16, acc16[r][j][h])
                     elif act == "f32":  # int8 codes, one input at a time
                         k0 = builder.mul(b, block)
                         with cgutils.for_range(builder, block) as kl:
