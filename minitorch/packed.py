@@ -144,6 +144,9 @@ class PackedWeight:
         self.qt, self.sc, self.d, self.m, self.dmin = qt, sc, d, m, dmin
         self.block, self.per, self.bits = block, per, bits
         self.shape = (int(n), k)
+        # the CPU kernel's activation mode for this weight: "float32", "int8" (minitorch/cpu/packed.py), or None
+        # for the process's mode (fast_packed.set_activations); a model sets its own (Qwen2ForCausalLM.set_activations)
+        self.activations: Optional[str] = None
 
     @property
     def has_offset(self) -> bool:
@@ -207,9 +210,12 @@ class PackedWeight:
         if start % TILE:
             q, sc, d, m, dmin = self._gather(np.arange(start, start + length))
             off = (m, dmin) if self.has_offset else (None, None)
-            return PackedWeight.from_blocks(q, self.block, self.per, sc, d, *off, bits=self.bits)
-        tiles = slice(start // TILE, -(-(start + length) // TILE))
-        return PackedWeight.from_tiles(*(a[tiles] for a in self.tiles), self.block, self.per, self.bits, length)
+            part = PackedWeight.from_blocks(q, self.block, self.per, sc, d, *off, bits=self.bits)
+        else:
+            tiles = slice(start // TILE, -(-(start + length) // TILE))
+            part = PackedWeight.from_tiles(*(a[tiles] for a in self.tiles), self.block, self.per, self.bits, length)
+        part.activations = self.activations  # a view computes as its weight does (a draft head's rows of the LM head)
+        return part
 
     def dequantize(self) -> np.ndarray:
         """The float32 (N, K) weight."""

@@ -265,7 +265,8 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
     if graph_decoders(args):
         return load_gpu_decoders(args, need_draft, progress)
     backend = get_backend(args.backend)
-    set_cpu_activations(getattr(args, "cpu_activations", "float32"), backend)
+    mode = getattr(args, "cpu_activations", "float32")
+    set_cpu_activations(mode, backend)  # checked before the loads: a refusal comes at once
     t0 = time.perf_counter()
     weights = getattr(args, "weights", "auto")
     dtype = "float32" if args.dtype == "auto" else args.dtype
@@ -277,6 +278,7 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
                                       requantize=draft_requantize(args, backend, weights, progress))
         check_compatible(draft_tok, tok)
         vocab = min(vocab, int(draft.config.vocab_size), int(draft_tok.vocab_size))
+    set_cpu_activations(mode, backend, [m for m in (target, draft) if m is not None])
     head = load_head_for(args, target) if getattr(args, "drafter", "model") == "head" else None
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab,
                   stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0,
@@ -284,15 +286,17 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
                   head=head)
 
 
-def set_cpu_activations(mode: str, backend: Any) -> None:
-    """--cpu-activations: the packed kernel's activation mode for this process (float32 unless int8 is asked)."""
+def set_cpu_activations(mode: str, backend: Any, models: Sequence[Any] = ()) -> None:
+    """--cpu-activations: the packed kernel's activation mode for these models' weights (their own: the process's
+    mode, which in-process callers and other models use, stays as it was); with no models, only the check."""
     if getattr(backend, "cuda", False):
         return
     from minitorch.cpu import packed as fast_packed
 
     if mode == "int8" and not fast_packed.int8_supported():
         raise UserError("--cpu-activations int8 needs a CPU with AVX2 or AVX512-VNNI")
-    fast_packed.set_activations(mode)
+    for model in models:
+        fast_packed.set_weight_activations(model.packed_weights(), mode)
 
 
 def default_head_dir(target: Any) -> Any:

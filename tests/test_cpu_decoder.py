@@ -135,3 +135,31 @@ def test_the_op_by_op_path_runs_where_the_one_call_forward_does_not_apply(gguf_m
     with minitorch.no_grad():
         dense([1, 2, 3], dense.new_cache(8))  # float32 weights: op by op
     model([1, 2, 3], model.new_cache(8))  # a gradient being recorded: op by op
+
+
+@pytest.mark.skipif(not fast_packed.int8_supported(), reason="needs AVX2 or AVX512-VNNI")
+def test_a_models_own_activation_mode_leaves_other_models_and_the_process_alone(gguf_model: Path, model,
+                                                                                tmp_path: Path) -> None:
+    """set_weight_activations on one model's packed weights: that model computes exactly as under the process-wide
+    int8 mode, a second model of the same file keeps the process's float32 bits, the process's mode is unchanged,
+    a narrowed weight (a draft head's rows of the LM head) keeps its weight's mode, and None puts it back."""
+    prompt = np.random.default_rng(4).integers(0, 400, size=9).tolist()
+    old = fast_packed.set_activations("int8")
+    try:
+        ref_int8 = _session(model, True, prompt)
+    finally:
+        fast_packed.set_activations(old)
+    ref_fp32 = _session(model, True, prompt)
+    other, _ = load_model(str(gguf_model), progress=False, weights="packed", cache_dir=tmp_path)
+    fast_packed.set_weight_activations(model.packed_weights(), "int8")
+    try:
+        assert len(model.packed_weights()) == 2 * 7 + 2  # 7 projections a layer, the embedding and the LM head
+        assert fast_packed.get_activations() == "float32"
+        _assert_same(ref_int8, _session(model, True, prompt))
+        _assert_same(ref_fp32, _session(other, True, prompt))
+        assert model.lm_head_weight().narrow(0, 0, 128).activations == "int8"
+    finally:
+        fast_packed.set_weight_activations(model.packed_weights(), None)
+    _assert_same(ref_fp32, _session(model, True, prompt))
+    with pytest.raises(ValueError, match="float32, int8"):
+        fast_packed.set_weight_activations(model.packed_weights(), "int4")

@@ -333,8 +333,11 @@ def test_gamma_and_draft_extend_defaults(flags, want):
     assert (args.gamma, args.draft_extend) == want
 
 
-def test_cpu_activations_sets_the_packed_kernels_mode():
-    """--cpu-activations reaches the packed kernel's process-wide mode; the default puts float32 back."""
+def test_cpu_activations_sets_the_models_own_mode():
+    """--cpu-activations reaches the loaded models' packed weights (set_weight_activations), not the process-wide
+    mode that in-process callers and other models use; the check alone (no models) changes nothing."""
+    from types import SimpleNamespace
+
     from minitorch import FastBackend
     from minitorch.cpu import packed as fast_packed
 
@@ -342,10 +345,12 @@ def test_cpu_activations_sets_the_packed_kernels_mode():
         with pytest.raises(cli_common.UserError, match="AVX2"):
             cli_common.set_cpu_activations("int8", FastBackend)
         return
-    try:
-        cli_common.set_cpu_activations("int8", FastBackend)
-        assert fast_packed.get_activations() == "int8"
-        cli_common.set_cpu_activations("float32", FastBackend)
-        assert fast_packed.get_activations() == "float32"
-    finally:
-        fast_packed.set_activations("float32")
+    weights = [SimpleNamespace(activations=None) for _ in range(3)]
+    model = SimpleNamespace(packed_weights=lambda: weights)
+    cli_common.set_cpu_activations("int8", FastBackend)
+    assert [w.activations for w in weights] == [None] * 3
+    cli_common.set_cpu_activations("int8", FastBackend, [model])
+    assert [w.activations for w in weights] == ["int8"] * 3
+    assert fast_packed.get_activations() == "float32"
+    cli_common.set_cpu_activations("float32", FastBackend, [model])
+    assert [w.activations for w in weights] == ["float32"] * 3

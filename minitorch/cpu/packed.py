@@ -515,6 +515,17 @@ def get_activations() -> str:
     return _mode["activations"]
 
 
+def set_weight_activations(weights, mode: Optional[str]) -> None:
+    """The activation mode of these PackedWeights alone (None: back to the process's mode), checked as
+    set_activations checks it; the weights of one model then compute in their own mode whatever the process's."""
+    if mode is not None and mode not in ACTIVATIONS:
+        raise ValueError(f"packed activations must be one of {', '.join(ACTIVATIONS)}, got {mode!r}")
+    if mode == "int8" and not int8_supported():
+        raise ValueError("int8 activations need an x86 CPU with AVX2 (or AVX512-VNNI)")
+    for w in weights:
+        w.activations = mode
+
+
 def has_vnni() -> bool:
     """AVX512-VNNI (vpdpbusd on 16 int32 lanes; with AVX-512 itself)."""
     return {"avx512vnni", "avx512f", "avx512bw"} <= _isa()
@@ -603,7 +614,7 @@ def packed_linear_q8(x: np.ndarray, w, out: np.ndarray) -> None:
 def packed_linear(x: np.ndarray, w, out: np.ndarray) -> None:
     """FastOps slot: out (R, N) = x (R, K) @ w^T for a PackedWeight w; x and out C-contiguous float32."""
     n_len, k_len = w.shape
-    if _mode["activations"] == "int8" and int8_ready(w):
+    if (w.activations or _mode["activations"]) == "int8" and int8_ready(w):
         # every row through the same per-row computation, prefill included (in chunks of MAX_ROWS): a
         # position gives the same bits whether a prefill, a verify or a decode step computes it, so
         # speculative decoding (which prefills prompt[:-1] and verifies the last prompt token) equals

@@ -274,6 +274,13 @@ class Qwen2ForCausalLM(Module):
         return self.model.embed_tokens.weight.value if self.lm_head is None else self.lm_head.weight.value
 
     # -- weights -----------------------------------------------------------------------------
+    def packed_weights(self) -> list[Any]:
+        """The PackedWeights among this model's parameters (a GGUF model on the CPU backend), e.g. to give them
+        their own activation mode (minitorch/cpu/packed.py set_weight_activations)."""
+        from ..packed import PackedWeight
+
+        return [p.value for _, p in self.named_parameters() if isinstance(p.value, PackedWeight)]
+
     def load_weights(self, weights: Mapping[str, np.ndarray], source: str = "") -> None:
         """Set every parameter from checkpoint arrays keyed by HF name (float32 numpy, may be mmaps, or
         PackedWeight: kept packed where the backend has a packed kernel, else rebuilt as float32)."""
