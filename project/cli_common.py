@@ -260,13 +260,14 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
     """Load the target (and the draft unless --drafter ngram), check the pair is compatible."""
     from minitorch.models import check_compatible, load_model
 
-    if getattr(args, "cpu_activations", "float32") != "float32" and args.backend != "cpu":
+    if getattr(args, "cpu_activations", None) not in (None, "float32") and args.backend != "cpu":
         raise UserError("--cpu-activations int8 is for --backend cpu")
     if graph_decoders(args):
         return load_gpu_decoders(args, need_draft, progress)
     backend = get_backend(args.backend)
-    mode = getattr(args, "cpu_activations", "float32")
-    set_cpu_activations(mode, backend)  # checked before the loads: a refusal comes at once
+    mode = getattr(args, "cpu_activations", None)  # None (no such flag, e.g. a bench's namespace): the process's mode
+    if mode is not None:
+        set_cpu_activations(mode, backend)  # checked before the loads: a refusal comes at once
     t0 = time.perf_counter()
     weights = getattr(args, "weights", "auto")
     dtype = "float32" if args.dtype == "auto" else args.dtype
@@ -278,7 +279,8 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
                                       requantize=draft_requantize(args, backend, weights, progress))
         check_compatible(draft_tok, tok)
         vocab = min(vocab, int(draft.config.vocab_size), int(draft_tok.vocab_size))
-    set_cpu_activations(mode, backend, [m for m in (target, draft) if m is not None])
+    if mode is not None:
+        set_cpu_activations(mode, backend, [m for m in (target, draft) if m is not None])
     head = load_head_for(args, target) if getattr(args, "drafter", "model") == "head" else None
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab,
                   stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0,

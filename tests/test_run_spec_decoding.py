@@ -333,6 +333,32 @@ def test_gamma_and_draft_extend_defaults(flags, want):
     assert (args.gamma, args.draft_extend) == want
 
 
+@pytest.mark.parametrize("flag, want", [(None, None), ("float32", "float32")])
+def test_load_models_sets_the_mode_only_when_asked(monkeypatch, flag, want):
+    """A caller whose namespace has no cpu_activations (project/bench/llama_cpp.py, which switches the process-wide
+    mode for its int8 runs) gets models that follow the process's mode; a program's flag gives them their own."""
+    import argparse
+    from types import SimpleNamespace
+
+    import minitorch.models as models
+
+    weights = []
+
+    def fake_load(name, **kwargs):
+        ws = [SimpleNamespace(activations=None)]
+        weights.extend(ws)
+        return (SimpleNamespace(packed_weights=lambda: ws, config=SimpleNamespace(vocab_size=10)),
+                SimpleNamespace(vocab_size=10, stop_token_ids=[0]))
+
+    monkeypatch.setattr(models, "load_model", fake_load)
+    monkeypatch.setattr(models, "check_compatible", lambda a, b: None)
+    ns = argparse.Namespace(target="t", draft="d", drafter="model", backend="cpu", dtype="float32", draft_quant="file")
+    if flag is not None:
+        ns.cpu_activations = flag
+    cli_common.load_models(ns, need_draft=True, progress=False)
+    assert [w.activations for w in weights] == [want, want]
+
+
 def test_cpu_activations_sets_the_models_own_mode():
     """--cpu-activations reaches the loaded models' packed weights (set_weight_activations), not the process-wide
     mode that in-process callers and other models use; the check alone (no models) changes nothing."""
