@@ -145,7 +145,7 @@ class PackedWeight:
         self.block, self.per, self.bits = block, per, bits
         self.shape = (int(n), k)
         # the CPU kernel's activation mode for this weight: "float32", "int8" (minitorch/cpu/packed.py), or None
-        # for the process's mode (fast_packed.set_activations); a model sets its own (Qwen2ForCausalLM.set_activations)
+        # for the process's mode (fast_packed.set_activations); set per model by fast_packed.set_weight_activations
         self.activations: Optional[str] = None
 
     @property

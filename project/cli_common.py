@@ -260,12 +260,12 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
     """Load the target (and the draft unless --drafter ngram), check the pair is compatible."""
     from minitorch.models import check_compatible, load_model
 
-    if getattr(args, "cpu_activations", None) not in (None, "float32") and args.backend != "cpu":
+    mode = getattr(args, "cpu_activations", None)  # None (no such flag, e.g. a bench's namespace): the process's mode
+    if mode not in (None, "float32") and args.backend != "cpu":
         raise UserError("--cpu-activations int8 is for --backend cpu")
     if graph_decoders(args):
         return load_gpu_decoders(args, need_draft, progress)
     backend = get_backend(args.backend)
-    mode = getattr(args, "cpu_activations", None)  # None (no such flag, e.g. a bench's namespace): the process's mode
     if mode is not None:
         set_cpu_activations(mode, backend)  # checked before the loads: a refusal comes at once
     t0 = time.perf_counter()

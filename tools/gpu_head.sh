@@ -77,11 +77,10 @@ bench)
       log "$set first ${BENCH_N:-20}, --backend cuda --drafter $kind --gamma $G"
       EXTRA=(); [ "$kind" = head ] && EXTRA=(--head "$HEAD")
       PROG=(project/benchmark_gsm8k.py); [ "$set" = gsm8k ] || PROG=(project/benchmark_limo.py --dataset "$set")
-      NAME="${set/gsm8k/}"; NAME="${NAME:+${set}_}"
       timeout "${BENCH_LIMIT:-170}" python3 "${PROG[@]}" --limit "${BENCH_N:-20}" --backend cuda \
         --drafter "$kind" "${EXTRA[@]}" --gamma "$G" --no-plots --no-progress -o "$OUT/${set}_$kind.jsonl" \
-        > "$OUT/bench_$NAME$kind.log" 2>&1; echo "bench $set $kind rc=$?"
-      tail -16 "$OUT/bench_$NAME$kind.log"
+        > "$OUT/bench_${set}_$kind.log" 2>&1; echo "bench $set $kind rc=$?"
+      tail -16 "$OUT/bench_${set}_$kind.log"
     done
   done
   python3 - "$OUT/gsm8k_head.jsonl" "$OUT/gsm8k_model.jsonl" <<'PY' || true

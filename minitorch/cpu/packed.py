@@ -503,12 +503,16 @@ _mode = {"activations": "float32"}
 def set_activations(mode: str) -> str:
     """Select the activation mode of the packed row kernel ("float32", the default and reference, or
     "int8": VNNI integer products for 4-bit weights); returns the previous mode."""
+    _check_mode(mode)
+    old, _mode["activations"] = _mode["activations"], mode
+    return old
+
+
+def _check_mode(mode: str) -> None:
     if mode not in ACTIVATIONS:
         raise ValueError(f"packed activations must be one of {', '.join(ACTIVATIONS)}, got {mode!r}")
     if mode == "int8" and not int8_supported():
         raise ValueError("int8 activations need an x86 CPU with AVX2 (or AVX512-VNNI)")
-    old, _mode["activations"] = _mode["activations"], mode
-    return old
 
 
 def get_activations() -> str:
@@ -518,10 +522,8 @@ def get_activations() -> str:
 def set_weight_activations(weights, mode: Optional[str]) -> None:
     """The activation mode of these PackedWeights alone (None: back to the process's mode), checked as
     set_activations checks it; the weights of one model then compute in their own mode whatever the process's."""
-    if mode is not None and mode not in ACTIVATIONS:
-        raise ValueError(f"packed activations must be one of {', '.join(ACTIVATIONS)}, got {mode!r}")
-    if mode == "int8" and not int8_supported():
-        raise ValueError("int8 activations need an x86 CPU with AVX2 (or AVX512-VNNI)")
+    if mode is not None:
+        _check_mode(mode)
     for w in weights:
         w.activations = mode
 
