@@ -72,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     o = p.add_argument_group("output")
     o.add_argument("--output", default=None, help="folder for the head (default: the cache's heads/<target fingerprint>)")
     o.add_argument("--resume", action="store_true", help="continue the checkpoint in --output")
+    o.add_argument("--init", default=None, metavar="DIR",
+                   help="start from a saved head for this target (its weights and shapes; a fresh optimizer and "
+                   "schedule), e.g. to go on training it on more data; head.json records it")
     o.add_argument("--save-dtype", choices=("float16", "float32"), default="float16",
                    help="the saved head's weights (default float16: half the file; drafting stays exact either way)")
     o.add_argument("--no-plot", action="store_true", help="skip loss.png")
@@ -116,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from minitorch import Adam
     from minitorch.models import cache_root, load_model
-    from minitorch.models.draft_head import DraftHead, DraftHeadConfig, target_fingerprint, ttt_weights
+    from minitorch.models.draft_head import DraftHead, DraftHeadConfig, load_head, target_fingerprint, ttt_weights
     from training.features import FeatureStore
     from training.loop import (TrainState, build_batch, dense_rows, evaluate, load_checkpoint, lr_at,
                                make_batches, save_checkpoint, time_bounded_total, train_step)
@@ -129,8 +132,20 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"{out} already holds a training checkpoint; pass --resume to continue it or --output elsewhere")
     if args.resume and not (out / "checkpoint").exists():
         raise UserError(f"--resume: no checkpoint in {out}")
-    train, held = load_sequences(args, tok)
     n_vocab = min(args.head_vocab, target.config.vocab_size)
+    if args.init:
+        head = load_head(args.init, target, backend)  # checks it was trained for this target
+        for _, p in head.named_parameters():
+            p.requires_grad = True
+            p.value.requires_grad_(True)
+        cfg, init = head.config, {"from": str(args.init), "training": head.config.training}
+        n_vocab = cfg.head_vocab
+        print(f"--init: starting from {args.init} (head vocabulary {cfg.head_vocab}, MLP {cfg.intermediate_size}; "
+              f"{(init['training'] or {}).get('steps', '?')} steps before)")
+    else:
+        cfg = DraftHeadConfig.for_target(target, n_vocab, args.intermediate_size, name=str(args.target))
+        head, init = DraftHead(cfg, backend, seed=args.seed), None
+    train, held = load_sequences(args, tok)
     t0 = time.perf_counter()
     seqs = held + train  # held-out first: a time-limited extraction always has them
     store = FeatureStore(out / "features", seqs, target.config.hidden_size, fp)
@@ -144,8 +159,6 @@ def main(argv: list[str] | None = None) -> int:
               "done (rerun with --resume to extract the rest)")
         train = train[:store.done - len(held)]
 
-    cfg = DraftHeadConfig.for_target(target, n_vocab, args.intermediate_size, name=str(args.target))
-    head = DraftHead(cfg, backend, seed=args.seed)
     opt = Adam(head.parameters(), lr=args.lr)
     state = load_checkpoint(out, head, opt) if args.resume else TrainState()
     lm_rows = dense_rows(target.lm_head_weight(), n_vocab, backend)
@@ -212,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
                     "ttt_steps": args.ttt_steps, "ttt_weights": ttt_weights(args.ttt_steps),
                     "train_seconds_this_run": round(t_train, 1), "feature_seconds": round(t_feat, 1),
                     "heldout": state.evals[-1] if state.evals else None}
+    if init:
+        cfg.training["init"] = init
     head.save(out, args.save_dtype)
     report = {"head": str(out), "target": str(args.target), "fingerprint": fp, **cfg.training,
               "tokens_per_s": round(tokens_done / max(t_train, 1e-9), 1), "evals": state.evals}

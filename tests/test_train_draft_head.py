@@ -287,3 +287,57 @@ def test_a_time_limited_schedule_ends_its_decay_when_the_time_does():
     lr = 2e-3
     assert loop.lr_at(50, f(300, 0, 10, 20.0, 100.0), lr, 5) == pytest.approx(0.1 * lr)
     assert loop.lr_at(50, 300, lr, 5) > 0.8 * lr  # what the run did before: its decay barely begun when time ran out
+
+
+# -- --init and answers to problems the target wrote itself ---------------------------------------------------
+
+def test_init_starts_from_a_saved_head_and_records_it(setup, trained):
+    """--init DIR: training starts from that head's weights (at a learning rate of 1e-12, one step leaves them as
+    they were, up to the float16 file), not from a fresh initialisation, and head.json names where it started."""
+    model, tok, root, rows = setup
+    head, src = trained
+    out = _train(root, "init", "--init", str(src), "--max-steps", "1", "--lr", "1e-12", "--warmup", "1")
+    again = load_head(out, model)
+    fresh = DraftHead(head.config, model.backend, seed=0)
+    for (n, a), (_, b), (_, c) in zip(head.named_parameters(), again.named_parameters(), fresh.named_parameters()):
+        a, b, c = (np.asarray(t.value.to_numpy()) for t in (a, b, c))
+        np.testing.assert_allclose(b, a, rtol=2e-3, atol=1e-6, err_msg=n)
+        if a.std() > 0:
+            assert not np.allclose(b, c, rtol=2e-3, atol=1e-6), n  # not what a run without --init starts from
+    training = json.loads((out / "head.json").read_text())["training"]
+    assert training["init"]["from"] == str(src) and training["init"]["training"]["steps"] > 1
+
+
+def test_init_with_another_targets_head_is_one_line_exit_2(setup, trained, tmp_path, capsys):
+    model, tok, root, rows = setup
+    other = tmp_path / "other"
+    other.mkdir()
+    cfg = json.loads((trained[1] / "head.json").read_text())
+    cfg["target_fingerprint"] = "f" * 16
+    (other / "head.json").write_text(json.dumps(cfg))
+    (other / "head.safetensors").write_bytes((trained[1] / "head.safetensors").read_bytes())
+    with pytest.raises(SystemExit) as e:
+        train_draft_head.run_cli(lambda: train_draft_head.main(
+            ["--target", str(root / "t"), "--data-file", str(root / "train.jsonl"), "--init", str(other),
+             "--output", str(tmp_path / "out"), "--quiet"]))
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "another target" in err[0], err
+
+
+def test_records_carrying_their_own_question_are_trained_on_under_the_benchmark_prompt(setup):
+    """write_problems.py's answers carry their question (no GSM8K id to look up): the sequence is the benchmark's
+    prompt for that question + the answer; one whose question is an evaluation problem (MATH-500's first, with
+    other spacing and case) is dropped."""
+    from training.data import generated_sequences
+
+    model, tok, root, rows = setup
+    math500 = json.loads((ROOT / "data" / "limo" / "eval" / "math500.jsonl").read_text().splitlines()[0])["problem"]
+    recs = [{"id": "self-0", "question": "What is $1+2$?", "mode": "spec", "text": "It is $3$.", "stop_reason": "stop"},
+            {"id": "self-1", "question": "  " + math500.upper().replace(" ", "  "), "mode": "spec", "text": "x",
+             "stop_reason": "stop"}]
+    seqs = generated_sequences(tok, recs, {}, 512, source="answers.jsonl")
+    assert len(seqs) == 1
+    prompt = tok.encode(build_prompt(tok, "What is $1+2$?"))
+    assert seqs[0].ids[:seqs[0].n_prompt] == prompt and seqs[0].n_prompt == len(prompt)
+    assert tok.decode(seqs[0].ids[len(prompt):]).startswith("It is $3$.")

@@ -4,10 +4,14 @@
 #   bash tools/gpu_head.sh gen N     the target's own greedy answers to N GSM8K *train* problems from ${OFFSET:-0} (the
 #                                    CUDA-graph path, speculative mode = the target's text), kept in /root/gen for
 #                                    the next call and copied to $OUT/train_gen.jsonl (commit it under data/)
+#   bash tools/gpu_head.sh selfmath N  the target writes N MATH-style problems (project/write_problems.py problems,
+#                                    sampled, ${PROB_LIMIT:-150} s at most) and answers them (answers, greedy, up to 512
+#                                    new tokens, ${ANS_LIMIT:-330} s at most), both kept in /root/gen for the next call
+#                                    and copied to $OUT (commit them under data/selfmath/)
 #   bash tools/gpu_head.sh train     train a head with --backend cuda on GSM8K train (+ /root/gen's answers) for
 #                                    TRAIN_LIMIT s (default 420; --ttt-steps ${TTT:-3}), then (EVAL_N > 0, default 5)
 #                                    its acceptance on GSM8K test first EVAL_N (CPU engine on the CUDA backend, float32)
-#                                    and the 0.5B draft's on the same engine; the head (float16, in 15 MB parts:
+#                                    and the 0.5B draft's on the same engine; INIT=DIR starts from that head (--init); the head (float16, in 15 MB parts:
 #                                    `cat head.safetensors.part* > head.safetensors`) and its report to $OUT
 #   bash tools/gpu_head.sh tests     the head on the CUDA-graph path against the CPU HeadDrafter:
 #                                    pytest -m gpu tests/test_cuda_head_drafter.py (junit XML in $OUT; carry nothing)
@@ -17,7 +21,7 @@
 #                                    on this machine, else one trained here first (TRAIN_LIMIT, default 200 s);
 #                                    KINDS="head" benches the head alone; SETS="gsm8k math500" (default gsm8k)
 #                                    names the sets (MATH-500 through benchmark_limo.py, first BENCH_N too)
-set -u
+set -u  # (the help above: lines 2-23)
 OUT="${OUT:-/tmp/gpu}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MINITORCH_SPEC_CACHE=/root/cache
 T0=$(date +%s)
@@ -35,10 +39,23 @@ gen)
   tail -5 "$OUT/gen.log"
   wc -l /root/gen/train_gen.jsonl; cp /root/gen/train_gen.jsonl "$OUT/"
   ;;
+selfmath)
+  N="${2:-600}"; mkdir -p /root/gen
+  log "selfmath: $N problems"
+  timeout "${PROB_LIMIT:-150}" python3 project/write_problems.py problems --n "$N" --backend cuda --no-progress \
+    -o /root/gen/problems.jsonl $( [ -f /root/gen/problems.jsonl ] && echo --resume ) > "$OUT/problems.log" 2>&1
+  echo "problems rc=$?"; tail -3 "$OUT/problems.log"
+  log "selfmath: answers"
+  timeout "${ANS_LIMIT:-330}" python3 project/write_problems.py answers /root/gen/problems.jsonl --backend cuda \
+    --no-progress -o /root/gen/answers.jsonl $( [ -f /root/gen/answers.jsonl ] && echo --resume ) > "$OUT/answers.log" 2>&1
+  echo "answers rc=$?"; tail -3 "$OUT/answers.log"
+  wc -l /root/gen/problems.jsonl /root/gen/answers.jsonl; cp /root/gen/problems.jsonl /root/gen/answers.jsonl "$OUT/"
+  ;;
 train)
-  GEN=(--generated data/gsm8k/generated/*.jsonl); [ -f /root/gen/train_gen.jsonl ] && GEN+=(/root/gen/train_gen.jsonl)
-  log "train ${GEN[*]}"
-  python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" \
+  GEN=(--generated data/gsm8k/generated/*.jsonl $(ls data/selfmath/answers*.jsonl /root/gen/*gen.jsonl /root/gen/answers.jsonl 2>/dev/null))
+  INIT_ARGS=(); [ -n "${INIT:-}" ] && INIT_ARGS=(--init "$INIT")
+  log "train ${GEN[*]} ${INIT_ARGS[*]}"
+  python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" "${INIT_ARGS[@]}" \
     --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
     --ttt-steps "${TTT:-3}" --time-limit "${TRAIN_LIMIT:-420}" --output /root/head --quiet 2>&1 | tee "$OUT/train.log" | tail -25
   split -b 15000000 -d -a 1 /root/head/head.safetensors "$OUT/head.safetensors.part"  # 16 MiB a file comes back
@@ -96,6 +113,6 @@ same = [k for k in a if k in b and a[k] == b[k]]
 print(f"texts identical between the head and the 0.5B runs: {len(same)} of {len(set(a) & set(b))} (greedy: all expected)")
 PY
   ;;
-*) sed -n '2,16p' "$0"; exit 2;;
+*) sed -n '2,23p' "$0"; exit 2;;
 esac
 log done

@@ -7,12 +7,14 @@ carry calculator annotations `<<48/2=24>>` the target never writes: they are str
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from evaluation.data import BenchmarkError, build_prompt, read_json_rows
+from evaluation.data import (DATASETS, DEFAULT_DATA_DIR, QUESTION_FIELDS, BenchmarkError, build_prompt,
+                             read_json_rows)
 
 ANNOTATION = re.compile(r"<<[^>]*>>")
 FINAL = re.compile(r"\n?####\s*(.+?)\s*$")
@@ -71,12 +73,16 @@ def gsm8k_sequences(tok: Any, rows: Sequence[dict[str, Any]], max_len: int, sour
 
 def generated_sequences(tok: Any, rows: Sequence[dict[str, Any]], questions: dict[str, str], max_len: int,
                         source: str) -> list[Sequence_]:
-    """Answers the target wrote (benchmark records: 'id', 'text', run on the train split) under the same prompt."""
+    """Answers the target wrote (benchmark records: 'id', 'text', run on the train split; or records that carry their
+    own 'question', e.g. project/write_problems.py's answers to problems the target wrote) under the same prompt."""
     end = _end_ids(tok)
     out, seen = [], set()
     for r in rows:
-        q = questions.get(str(r.get("id")))
+        own = isinstance(r.get("question"), str)
+        q = r["question"] if own else questions.get(str(r.get("id")))
         if q is None or "text" not in r or r.get("mode") not in (None, "target", "spec"):
+            continue
+        if own and is_evaluation_question(q):  # e.g. a problem the target recalled from MATH-500 word for word
             continue
         key = (r["id"], r["text"])
         if key in seen:  # the spec and target records of a greedy run hold the same text
@@ -87,6 +93,29 @@ def generated_sequences(tok: Any, rows: Sequence[dict[str, Any]], questions: dic
         if len(prompt) + 2 < max_len:
             out.append(Sequence_(ids[:max_len], len(prompt), source))
     return out
+
+
+def _norm(question: str) -> str:
+    return " ".join(question.lower().split())
+
+
+@functools.lru_cache(maxsize=None)
+def evaluation_questions(data_dir: str = str(DEFAULT_DATA_DIR)) -> frozenset[str]:
+    """The questions of the evaluation sets in the data folder (GSM8K test, MATH-500, AIME, AMC), whitespace and
+    case folded: a record that carries its own question (a problem the target wrote) must not be one of them."""
+    qs = set()
+    for spec in DATASETS.values():
+        path = Path(data_dir) / spec.local if spec.local else None
+        if path is not None and path.is_file():
+            for r in read_json_rows(path):
+                q = next((r[k] for k in QUESTION_FIELDS if isinstance(r.get(k), str)), None)
+                if q:
+                    qs.add(_norm(q))
+    return frozenset(qs)
+
+
+def is_evaluation_question(question: str) -> bool:
+    return _norm(question) in evaluation_questions()
 
 
 def _end_ids(tok: Any) -> list[int]:
