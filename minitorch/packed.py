@@ -260,6 +260,27 @@ class PackedWeight:
         q = np.clip(q, 0, 15).astype(np.int8).reshape(n, k)
         return cls.from_blocks(q, block, per, sc.reshape(n, -1), d, m.reshape(n, -1), dmin, bits=4)
 
+    def joins(self, other: "PackedWeight") -> bool:
+        """Whether `other`'s rows can follow this weight's in one PackedWeight (concat): the same inputs and code
+        form (bits, block, per, offsets or none) and this weight's rows filling whole tiles."""
+        return (self.shape[1] == other.shape[1] and (self.bits, self.block, self.per, self.has_offset)
+                == (other.bits, other.block, other.per, other.has_offset) and self.shape[0] % TILE == 0)
+
+    @classmethod
+    def concat(cls, weights: "list[PackedWeight]") -> "PackedWeight":
+        """The rows of `weights`, one weight after the other, as one PackedWeight (their tiles copied into one set
+        of arrays). Each weight must join the next (joins: every one but the last fills whole tiles), so weight
+        i's rows start at a multiple of TILE and narrow(0, start, n) of the result is a view equal to weight i.
+        A product with the result computes every output row as the product with weight i does (the kernel's
+        chain of a row does not depend on its neighbours), so it equals the separate products bit for bit."""
+        if not weights or not all(a.joins(b) for a, b in zip(weights, weights[1:])):
+            raise MiniTorchError("concat needs weights of one code form and inputs, all but the last in whole tiles")
+        tiles = [np.concatenate([w.tiles[i] for w in weights]) for i in range(5)]
+        fused = cls.from_tiles(*tiles, weights[0].block, weights[0].per, weights[0].bits,
+                               sum(w.shape[0] for w in weights))
+        fused.activations = weights[0].activations
+        return fused
+
     def requantized4(self) -> "PackedWeight":
         """This weight with 4-bit codes (quantize4 of its values in blocks of 32, as many blocks sharing the
         float32 factors as K allows, up to 8); itself if its codes are 4-bit already."""

@@ -447,6 +447,10 @@ class LayerWeights(NamedTuple):
     gate: Any
     up: Any
     down: Any
+    # (PackedWeight, n): the first n of (q, k, v) joined into one weight (PackedWeight.concat), for one product
+    # instead of n; None: each separately. gate_up: the same for (gate, up).
+    qkv: Any = None
+    gate_up: Any = None
 
 
 class TensorBackend:

@@ -153,7 +153,8 @@ def test_a_models_own_activation_mode_leaves_other_models_and_the_process_alone(
     other, _ = load_model(str(gguf_model), progress=False, weights="packed", cache_dir=tmp_path)
     fast_packed.set_weight_activations(model.packed_weights(), "int8")
     try:
-        assert len(model.packed_weights()) == 2 * 7 + 2  # 7 projections a layer, the embedding and the LM head
+        # 7 projections a layer and its 2 joined weights (q/k/v, gate/up), the embedding and the LM head
+        assert len(model.packed_weights()) == 2 * (7 + 2) + 2
         assert fast_packed.get_activations() == "float32"
         _assert_same(ref_int8, _session(model, True, prompt))
         _assert_same(ref_fp32, _session(other, True, prompt))
@@ -163,3 +164,74 @@ def test_a_models_own_activation_mode_leaves_other_models_and_the_process_alone(
     _assert_same(ref_fp32, _session(model, True, prompt))
     with pytest.raises(ValueError, match="float32, int8"):
         fast_packed.set_weight_activations(model.packed_weights(), "int4")
+
+
+def _unjoin(model) -> list:
+    """Every layer's joined weights taken away (the forward then runs each projection alone); returns them."""
+    saved = []
+    for i in range(len(model.model.layers)):
+        for m in (model.model.layers[i].self_attn, model.model.layers[i].mlp):
+            saved.append((m, m.joined))
+            m.joined = None
+    return saved
+
+
+def test_joined_projections_give_the_separate_products_bits_in_fewer_calls(model, monkeypatch) -> None:
+    """load_weights joined each layer's q/k/v (all Q8_0) and gate/up into one weight each: a decode step makes
+    4 product calls a layer and 1 for the LM head instead of 7 and 1, and every output of a session is the same bits
+    as with the joins taken away (each projection's own product); a join with its columns split wrongly is caught."""
+    layer = model.model.layers[0]
+    assert layer.self_attn.joined[1] == 3 and layer.mlp.joined[1] == 2
+    q = layer.self_attn.q_proj.weight.value
+    assert np.shares_memory(q.qt, layer.self_attn.joined[0].qt)  # a view, not a second copy
+    prompt = np.random.default_rng(5).integers(0, 400, size=12).tolist()
+    calls = {"n": 0}
+    real = fast_packed.packed_linear
+
+    def counted(*a, **k):
+        calls["n"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(fast_packed, "packed_linear", counted)
+    joined = _session(model, True, prompt)
+    with minitorch.no_grad():
+        cache = model.new_cache(16)
+        model([1, 2], cache)
+        calls["n"] = 0
+        model([3], cache)
+    assert calls["n"] == 2 * 4 + 1
+    saved = _unjoin(model)
+    try:
+        separate = _session(model, True, prompt)
+    finally:
+        for m, j in saved:
+            m.joined = j
+    _assert_same(separate, joined)
+    real_linears = fd._linears
+
+    def misplit(x, ws, bs, j):
+        outs = real_linears(x, ws, bs, j)
+        if j is not None:
+            outs[1] = outs[1][:, ::-1]  # the joined product's second projection with its columns in the wrong order
+        return outs
+
+    monkeypatch.setattr(fd, "_linears", misplit)
+    with pytest.raises(AssertionError):
+        _assert_same(separate, _session(model, True, prompt))
+
+
+def test_a_weight_set_after_the_join_undoes_it_for_its_layer(gguf_model: Path, tmp_path: Path) -> None:
+    """Setting a projection's weight anew (here a copy with its values doubled) leaves the joined weight stale: the
+    layer then computes each projection alone, with the new weight, as the op-by-op path does."""
+    from minitorch.packed import PackedWeight
+
+    m, _ = load_model(str(gguf_model), progress=False, weights="packed", cache_dir=tmp_path)
+    lin = m.model.layers[1].self_attn.k_proj
+    w = lin.weight.value
+    lin.weight.update(PackedWeight.from_tiles(w.qt.copy(), w.sc.copy(), w.d * np.float32(2), w.m.copy(), w.dmin.copy(),
+                                              w.block, w.per, w.bits, w.shape[0]))
+    with minitorch.no_grad():
+        layers, _ = m._fused(None)
+    assert layers[1].qkv is None and layers[0].qkv is not None and layers[1].gate_up is not None
+    prompt = np.random.default_rng(6).integers(0, 400, size=9).tolist()
+    _assert_same(_session(m, False, prompt), _session(m, True, prompt))

@@ -416,3 +416,29 @@ def test_requantized_draft_keeps_speculative_exact(gguf_pair: Path, tmp_path: Pa
     assert res.tokens == ref
     with pytest.raises(ModelLoadError, match="requantize"):
         load_model(str(gguf_pair), progress=False, weights="float32", cache_dir=tmp_path, requantize=4)
+
+
+def test_concat_joins_weights_as_views_of_one() -> None:
+    """PackedWeight.concat: the rows of each weight in turn (dequantized: the stacked weights), each weight's rows a
+    view of the result; weights of another form, other inputs or a first weight not in whole tiles do not join."""
+    from minitorch.cpu import packed as fast_packed
+    from minitorch.tensor_data import MiniTorchError
+
+    rng = np.random.default_rng(0)
+    a, b, c = (PackedWeight.quantize(rng.standard_normal((n, 64)).astype(np.float32)) for n in (256, 128, 70))
+    j = PackedWeight.concat([a, b, c])
+    assert j.shape == (454, 64)
+    np.testing.assert_array_equal(j.dequantize(), np.concatenate([a.dequantize(), b.dequantize(), c.dequantize()]))
+    for w, start in ((a, 0), (b, 256), (c, 384)):
+        part = j.narrow(0, start, w.shape[0])
+        assert np.shares_memory(part.qt, j.qt)
+        np.testing.assert_array_equal(part.dequantize(), w.dequantize())
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    out, sep = np.empty((3, 454), np.float32), np.empty((3, 128), np.float32)
+    fast_packed.packed_linear(x, j, out)
+    fast_packed.packed_linear(x, b, sep)
+    assert np.array_equal(out[:, 256:384], sep)  # the joined product's columns are the separate product's bits
+    q4 = PackedWeight.quantize4(rng.standard_normal((128, 256)).astype(np.float32))
+    assert not a.joins(q4) and not c.joins(a) and not a.joins(PackedWeight.quantize(np.ones((128, 32), np.float32)))
+    with pytest.raises(MiniTorchError, match="concat"):
+        PackedWeight.concat([c, a])

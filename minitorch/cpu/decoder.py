@@ -41,6 +41,26 @@ def _linear(x: np.ndarray, w: Any, bias: Optional[np.ndarray] = None) -> np.ndar
     return out
 
 
+def _linears(x: np.ndarray, ws: Sequence[Any], biases: Sequence[Optional[np.ndarray]],
+             joined: Optional[tuple]) -> list[np.ndarray]:
+    """[x @ w^T (+ b) for w, b in zip(ws, biases)]; with joined = (weight, n) the first n in one product with that
+    weight (their rows one after another: PackedWeight.concat), its columns split. One product computes each output
+    row as the separate ones do, and the bias add is the same float32 add, so the results are the same bits."""
+    outs: list[np.ndarray] = []
+    if joined is not None:
+        fused, n = joined
+        bs = biases[:n]
+        bias = None if all(b is None for b in bs) else np.concatenate(
+            [np.zeros(w.shape[0], np.float32) if b is None else b for w, b in zip(ws[:n], bs)])
+        y = _linear(x, fused, bias)
+        start = 0
+        for w in ws[:n]:
+            outs.append(y[:, start:start + w.shape[0]])
+            start += w.shape[0]
+        ws, biases = ws[n:], biases[n:]
+    return outs + [_linear(x, w, b) for w, b in zip(ws, biases)]
+
+
 def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     out = np.empty_like(x)
     n = x.shape[-1]
@@ -89,9 +109,10 @@ def decoder_forward(ids: np.ndarray, embed: Any, layers: Sequence[LayerWeights],
     scale = np.float32(hd ** -0.5)
     for i, lw in enumerate(layers):
         n = _rmsnorm(x, _vec(lw.input_norm), eps)
-        q = _rope(np.ascontiguousarray(_linear(n, lw.q, _vec(lw.q_bias)).reshape(t, hq, hd).transpose(1, 0, 2)), cos, sin)
-        k = _rope(np.ascontiguousarray(_linear(n, lw.k, _vec(lw.k_bias)).reshape(t, hkv, hd).transpose(1, 0, 2)), cos, sin)
-        v = _linear(n, lw.v, _vec(lw.v_bias)).reshape(t, hkv, hd).transpose(1, 0, 2)
+        q, k, v = _linears(n, (lw.q, lw.k, lw.v), (_vec(lw.q_bias), _vec(lw.k_bias), _vec(lw.v_bias)), lw.qkv)
+        q = _rope(np.ascontiguousarray(q.reshape(t, hq, hd).transpose(1, 0, 2)), cos, sin)
+        k = _rope(np.ascontiguousarray(k.reshape(t, hkv, hd).transpose(1, 0, 2)), cos, sin)
+        v = v.reshape(t, hkv, hd).transpose(1, 0, 2)
         if cache is not None:
             kc, vc = cache.keys[i].to_numpy()[0], cache.values[i].to_numpy()[0]  # (Hkv, max_len, D), contiguous
             kc[:, start:start + t] = k
@@ -109,7 +130,7 @@ def decoder_forward(ids: np.ndarray, embed: Any, layers: Sequence[LayerWeights],
                int(start))
         h = x + _linear(np.ascontiguousarray(o.transpose(1, 0, 2)).reshape(t, hq * hd), lw.o)
         n = _rmsnorm(h, _vec(lw.post_norm), eps)
-        g, u = _linear(n, lw.gate), _linear(n, lw.up)
+        g, u = (np.ascontiguousarray(y) for y in _linears(n, (lw.gate, lw.up), (None, None), lw.gate_up))
         a = np.empty_like(g)
         ff.silu_mul_flat(a.reshape(-1), g.reshape(-1), u.reshape(-1), g.size)
         x = h + _linear(a, lw.down)
