@@ -101,6 +101,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sub = p.add_subparsers(dest="step", required=True)
     a = sub.add_parser("problems", help="write --n problems (sampled)")
     a.add_argument("--n", type=int, default=600, help="problems to ask for (default 600)")
+    a.add_argument("--start", type=int, default=0,
+                   help="the first item's index (default 0): more problems after an earlier file's, with new ids and seeds")
     b = sub.add_parser("answers", help="answer the problems of a `problems` file (greedy)")
     b.add_argument("problems", help="the JSONL file `problems` wrote")
     for q, max_new, temperature, top_p in ((a, 256, 0.8, 0.95), (b, 512, 0.0, 1.0)):
@@ -110,8 +112,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         add_engine_args(q, max_new)
         q.set_defaults(temperature=temperature, top_p=top_p)
     args = p.parse_args(argv)
-    if args.step == "problems" and args.n < 1:
-        raise UserError(f"--n must be >= 1, got {args.n}")
+    if args.step == "problems" and (args.n < 1 or args.start < 0):
+        raise UserError(f"--n must be >= 1 and --start >= 0, got {args.n} and {args.start}")
     out = Path(args.output)
     if out.exists() and out.stat().st_size and not args.resume:
         raise UserError(f"{out} exists; pass --resume to continue it or choose another --output")
@@ -129,10 +131,10 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def problem_items(n: int) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(id, fields) of the first n items: subject, topic and level of combination i (cycling)."""
+def problem_items(n: int, start: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(id, fields) of items start..start+n-1: subject, topic and level of combination i (cycling)."""
     combos = combinations()
-    for i in range(n):
+    for i in range(start, start + n):
         subject, topic, level = combos[i % len(combos)]
         yield f"self-{i}", {"index": i, "subject": subject, "topic": topic, "level": level}
 
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output)
     done = {r.get("id") for r in read_jsonl(out)} if out.exists() else set()
     if args.step == "problems":
-        todo = [(pid, f) for pid, f in problem_items(args.n) if pid not in done]
+        todo = [(pid, f) for pid, f in problem_items(args.n, args.start) if pid not in done]
     else:
         src = Path(args.problems)
         if not src.is_file():

@@ -44,6 +44,8 @@ def test_items_cover_every_subject_topic_and_level_once_a_cycle():
     assert [i for i, _ in items[:3]] == ["self-0", "self-1", "self-2"]
     assert items[len(combos)][1]["subject"] == items[0][1]["subject"]  # the cycle starts again
     assert len({f["subject"] for _, f in items[:60]}) == len(wp.SUBJECTS)  # a short run spreads over all
+    later = list(wp.problem_items(2, start=5))  # a later run after an earlier file's items: new ids, the same order
+    assert later == items[5:7]
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ gen)
 selfmath)
   N="${2:-600}"; mkdir -p /root/gen
   log "selfmath: $N problems"
-  timeout "${PROB_LIMIT:-150}" python3 project/write_problems.py problems --n "$N" --backend cuda --no-progress \
+  timeout "${PROB_LIMIT:-150}" python3 project/write_problems.py problems --n "$N" --start "${START:-0}" --backend cuda --no-progress \
     -o /root/gen/problems.jsonl $( [ -f /root/gen/problems.jsonl ] && echo --resume ) > "$OUT/problems.log" 2>&1
   echo "problems rc=$?"; tail -3 "$OUT/problems.log"
   log "selfmath: answers"
@@ -52,6 +52,8 @@ selfmath)
   wc -l /root/gen/problems.jsonl /root/gen/answers.jsonl; cp /root/gen/problems.jsonl /root/gen/answers.jsonl "$OUT/"
   ;;
 train)
+  # the committed answers, and this machine's from a `gen`/`selfmath` call (a `selfmath` after the committed ones
+  # needs START past their last item, or it writes the same problems again)
   GEN=(--generated data/gsm8k/generated/*.jsonl $(ls data/selfmath/answers*.jsonl /root/gen/*gen.jsonl /root/gen/answers.jsonl 2>/dev/null))
   INIT_ARGS=(); [ -n "${INIT:-}" ] && INIT_ARGS=(--init "$INIT")
   log "train ${GEN[*]} ${INIT_ARGS[*]}"
