@@ -104,10 +104,10 @@ def load_sequences(args: argparse.Namespace, tok):
     stem = data_stem(args.data_file)  # the benchmark's problem ids for --data-file rows: <stem>-<row>
     questions = {(f"{stem}-{r['id']}" if r.get("id") is not None else f"{stem}-{i}"): r["question"]
                  for i, r in enumerate(rows)}
-    generated = []
+    generated, seen = [], set()
     for name in args.generated:
         gen = [r for r in read_rows(name) if questions.get(str(r.get("id"))) not in held_questions]
-        generated += generated_sequences(tok, gen, questions, args.max_seq_len, source=Path(name).name)
+        generated += generated_sequences(tok, gen, questions, args.max_seq_len, source=Path(name).name, seen=seen)
     # The target's own answers first: under --time-limit the features are extracted in this order, and the
     # text the target writes itself is the data that matters most for acceptance
     return generated + train, held

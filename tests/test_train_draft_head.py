@@ -159,6 +159,10 @@ def test_the_targets_own_answers_come_first_so_a_time_limit_keeps_them(setup):
     n_gen = sources.count("gen.jsonl")
     assert n_gen > 0 and sources[:n_gen] == ["gen.jsonl"] * n_gen, sources
     assert len(held) == HELDOUT and all(s.source == "train.jsonl" for s in held)
+    (root / "gen_copy.jsonl").write_text((root / "gen.jsonl").read_text())  # the same answers in a second file
+    args.generated = [str(root / "gen.jsonl"), str(root / "gen_copy.jsonl")]
+    twice, _ = train_draft_head.load_sequences(args, tok)
+    assert len(twice) == len(train)  # count once
 
 
 # -- training-time test (--ttt-steps) -----------------------------------------------------------------

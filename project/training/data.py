@@ -72,11 +72,11 @@ def gsm8k_sequences(tok: Any, rows: Sequence[dict[str, Any]], max_len: int, sour
 
 
 def generated_sequences(tok: Any, rows: Sequence[dict[str, Any]], questions: dict[str, str], max_len: int,
-                        source: str) -> list[Sequence_]:
+                        source: str, seen: set | None = None) -> list[Sequence_]:
     """Answers the target wrote (benchmark records: 'id', 'text', run on the train split; or records that carry their
     own 'question', e.g. project/write_problems.py's answers to problems the target wrote) under the same prompt."""
     end = _end_ids(tok)
-    out, seen = [], set()
+    out, seen = [], set() if seen is None else seen  # a shared `seen`: a record in two files counts once
     for r in rows:
         own = isinstance(r.get("question"), str)
         q = r["question"] if own else questions.get(str(r.get("id")))
