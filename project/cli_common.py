@@ -282,6 +282,10 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
     if mode is not None:
         set_cpu_activations(mode, backend, [m for m in (target, draft) if m is not None])
     head = load_head_for(args, target) if getattr(args, "drafter", "model") == "head" else None
+    if head is not None and target.packed_weights():
+        # next to a packed target (GGUF on the CPU) the head drafts as its packed() copy: int8 codes, its step one
+        # call of the CPU's one-call forward; a drafter's weights change how many drafts are accepted, not the output
+        head = head.packed()
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab,
                   stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0,
                   draft_vocab=getattr(args, "draft_vocab", 0), draft_extend=getattr(args, "draft_extend", 0),

@@ -362,3 +362,78 @@ def test_ttt_loss_and_gradients_match_torch(backend, steps):
     for name, par in head.named_parameters():
         np.testing.assert_allclose(np.asarray(par.value.grad.to_numpy()), P[name].grad.numpy(), rtol=2e-3, atol=2e-5,
                                    err_msg=name)
+
+
+# -- the head's packed copy and its one-call step on the CPU ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def packed_target(tmp_path_factory):
+    """A tiny qwen2 GGUF (Q8_0, 256-wide rows): packed weights, so the CPU's one-call forward applies."""
+    pytest.importorskip("gguf")
+    from test_models_util import write_gguf
+
+    root = tmp_path_factory.mktemp("packed_head_target")
+    hf = hf_qwen2(seed=3, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512,
+                  num_hidden_layers=2, tie_word_embeddings=False)
+    path = write_gguf(root / "tiny.gguf", hf, tiny_bpe(), qtype="Q8_0")
+    model, tok = load_model(str(path), progress=False, weights="packed", cache_dir=root / "c")
+    return model, tok
+
+
+def test_packed_head_step_is_forward_and_logits_bit_for_bit(packed_target, monkeypatch):
+    """draft_step of a packed() head takes the one-call forward (decoder_forward with the fc output as its input, no
+    final norm) and gives forward + logits' bits, g and logits, over a prompt-sized step and a one-token step, with
+    the same KV cache; a forward that left out the layer's residual would be caught."""
+    model, _ = packed_target
+    head = DraftHead(DraftHeadConfig.for_target(model, head_vocab=256, intermediate_size=128), model.backend,
+                     seed=4).packed()
+    assert head.layer.self_attn.joined[1] == 3 and head.layer.mlp.joined[1] == 2
+    lm = model.lm_head_weight()
+    rng = np.random.default_rng(0)
+    f, e = (minitorch.from_numpy(rng.standard_normal((1, 7, 256)).astype(np.float32)) for _ in range(2))
+    calls = {"n": 0}
+    real = minitorch.FastBackend.decoder_forward
+
+    def counted(*a, **k):
+        calls["n"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(minitorch.FastBackend, "decoder_forward", counted)
+
+    def run(fast: bool):
+        cache, out = head.new_cache(16), []
+        with minitorch.no_grad():
+            for sl in (slice(0, 6), slice(6, 7)):
+                fs, es = f.narrow(1, sl.start, sl.stop - sl.start), e.narrow(1, sl.start, sl.stop - sl.start)
+                if fast:
+                    g, lg = head.draft_step(fs, es, cache, lm, 256)
+                else:
+                    gg = head(fs, es, cache)
+                    g = gg.narrow(1, gg.shape[1] - 1, 1)
+                    lg = head.logits(g, lm, 256)
+                out += [g.to_numpy().copy(), lg.to_numpy().copy()]
+        return out + [cache.keys[0].to_numpy()[0, :, :7].copy()]
+
+    ref = run(False)
+    assert calls["n"] == 0
+    got = run(True)
+    assert calls["n"] == 2
+    for a, b in zip(ref, got):
+        assert a.shape == b.shape and np.array_equal(a, b)
+    from minitorch.cpu import decoder as fd
+
+    real_linear = fd._linear
+    monkeypatch.setattr(fd, "_linear", lambda x, w, b=None: real_linear(x, w, b) * np.float32(1.001) if w is
+                        head.layer.mlp.down_proj.weight.value else real_linear(x, w, b))
+    bad = run(True)
+    assert not np.array_equal(ref[2], bad[2])
+
+
+def test_speculative_with_a_packed_head_equals_the_target_alone(packed_target):
+    model, tok = packed_target
+    head = DraftHead(DraftHeadConfig.for_target(model, head_vocab=256, intermediate_size=128), model.backend,
+                     seed=5).packed()
+    prompt = tok.encode("Natalia sold clips to 48 of her friends in April")
+    cfg = SamplingConfig()
+    spec = speculative_generate(model, HeadDrafter(head, model), prompt, 30, cfg, gamma=3)
+    assert spec.tokens == generate(model, prompt, 30, cfg).tokens and spec.stats["rounds"] >= 8

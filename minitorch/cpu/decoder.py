@@ -87,15 +87,19 @@ def supports(layers: Sequence[LayerWeights], head: Any) -> bool:
 def decoder_forward(ids: np.ndarray, embed: Any, layers: Sequence[LayerWeights], norm: Any, head: Any, eps: float,
                     n_heads: int, n_kv_heads: int, head_dim: int, cos_table: Any, sin_table: Any, cache: Any,
                     last_n: Optional[int], return_hidden: bool,
-                    parallel_attention_work: int) -> tuple[np.ndarray, Optional[np.ndarray]]:
+                    parallel_attention_work: int, x0: Optional[np.ndarray] = None) -> tuple[np.ndarray, Optional[np.ndarray]]:
     """logits (T or last_n, head rows) for ids (T,) continuing cache (advanced by T), and with return_hidden the
     final-norm hidden states of all T positions (before last_n), as the model's forward returns them.
-    parallel_attention_work: the attention work from which the threaded kernel runs (ops.PARALLEL_ATTENTION_WORK)."""
+    parallel_attention_work: the attention work from which the threaded kernel runs (ops.PARALLEL_ATTENTION_WORK).
+    x0 (T, D) float32: the first layer's input instead of embed(ids) (a draft head's fc output; ids and embed are
+    then unused); norm None: no final norm, the hidden states are the last layer's output (a draft head's g)."""
     from ..packed import PackedWeight
 
-    t = int(ids.shape[0])
+    t = int(ids.shape[0]) if x0 is None else int(x0.shape[0])
     start = cache.length if cache is not None else 0
-    if isinstance(embed, PackedWeight):
+    if x0 is not None:
+        x = np.ascontiguousarray(x0, dtype=np.float32)
+    elif isinstance(embed, PackedWeight):
         x = embed.rows(ids)
     else:
         w = embed.to_numpy()
@@ -138,7 +142,10 @@ def decoder_forward(ids: np.ndarray, embed: Any, layers: Sequence[LayerWeights],
         cache.advance(t)
     hidden = None
     nw = _vec(norm)
-    if return_hidden:
+    if nw is None:  # a draft head: its layer's output is both the hidden state and what the LM head reads
+        hidden = x if return_hidden else None
+        h = x if last_n is None else np.ascontiguousarray(x[t - last_n:])
+    elif return_hidden:
         hidden = _rmsnorm(x, nw, eps)
         h = hidden if last_n is None else hidden[t - last_n:]
     else:

@@ -66,11 +66,10 @@ class HeadDrafter:
 
     def _step(self, feats: Any, ids: Sequence[int]) -> tuple[Any, np.ndarray]:
         """The head over new positions: (g (1, T, D), logits of the last position over the head's ids)."""
-        g = self.head(feats, self._embed(ids), self.cache)
-        self.forwards += 1
         n_head = min(self.head.config.head_vocab, self._vocab)
-        last = g.narrow(1, g.shape[1] - 1, 1)  # (1, 1, D)
-        return last, logits_rows(self.head.logits(last, self._lm, n_head), n_head)[-1]
+        last, logits = self.head.draft_step(feats, self._embed(ids), self.cache, self._lm, n_head)  # (1, 1, D)
+        self.forwards += 1
+        return last, logits_rows(logits, n_head)[-1]
 
     def propose(self, tokens: Sequence[int], gamma: int, cfg: SamplingConfig,
                 rng: np.random.Generator) -> tuple[list[int], np.ndarray | None]:

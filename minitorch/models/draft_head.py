@@ -245,6 +245,56 @@ class DraftHead(Module):
             o = o + p.narrow(3, t + n, 1) * vi
         return o
 
+    # -- drafting --------------------------------------------------------------------------------
+    def packed(self, block: int = 32) -> "DraftHead":
+        """A copy of this head for drafting on a backend with a packed kernel (the CPU): fc and the layer's
+        projections as int8 codes with one float32 scale per block of `block` inputs (PackedWeight.quantize,
+        Q8_0's recipe: about a quarter of the float32 bytes), q/k/v and gate/up joined, so draft_step runs the
+        backend's one-call forward over them. Its drafts may differ from the float32 head's where two tokens are
+        nearly tied; the output never does (the target verifies every draft)."""
+        from ..packed import PackedWeight
+        from .qwen2 import join_layer_projections
+
+        if getattr(self.backend, "packed_linear", None) is None:
+            raise ValueError(f"{getattr(self.backend, 'name', self.backend)} has no packed kernel")
+        head = DraftHead(self.config, self.backend)
+        for (name, src), (_, dst) in zip(self.named_parameters(), head.named_parameters()):
+            v = src.value
+            dst.requires_grad = False
+            if v.dims == 2 and v.shape[1] % block == 0:
+                dst.update(PackedWeight.quantize(v.to_numpy(), block))
+            else:  # norms and biases: float32 copies
+                dst.update(from_numpy(np.array(v.to_numpy(), dtype=np.float32), backend=self.backend))
+        join_layer_projections(head.layer)
+        return head
+
+    def draft_step(self, feats: Tensor, emb: Tensor, cache: KVCache, lm_head: Any,
+                   rows: int) -> tuple[Tensor, Tensor]:
+        """One drafting step over new positions (B = 1): (g of the last position (1, 1, D), its logits over the
+        first `rows` ids (1, 1, rows)), as forward + logits compute them. On a backend with a one-call forward
+        (the CPU's decoder_forward) and packed weights (packed()), one call after fc: the same kernels in the
+        same order as forward + logits, so the same bits (tests/test_draft_head.py)."""
+        from ..autodiff import is_grad_enabled
+        from .qwen2 import layer_weights
+
+        fwd = getattr(self.backend, "decoder_forward", None)
+        lm = lm_head.narrow(0, 0, rows)
+        layers = [layer_weights(self.layer)]
+        if fwd is None or is_grad_enabled() or feats.shape[0] != 1 or not self.backend.decoder_supports(layers, lm):
+            g = self(feats, emb, cache)
+            last = g.narrow(1, g.shape[1] - 1, 1)
+            return last, self.logits(last, lm_head, rows)
+        t = feats.shape[1]
+        cache.check_room(t)
+        self._rope(cache.length, t)  # the tables cover the new positions
+        x = self.fc(nn.cat([feats, emb], -1))  # (1, T, D): forward's first op
+        c = self.config
+        logits, hidden = fwd(np.zeros(t, dtype=np.int64), None, layers, None, lm, float(c.rms_norm_eps),
+                             c.num_attention_heads, c.num_key_value_heads, c.head_dim, self._cos, self._sin, cache, 1,
+                             True, x0=x.to_numpy()[0])
+        return (from_numpy(np.ascontiguousarray(hidden[t - 1:])[None], backend=self.backend),
+                from_numpy(logits[None], backend=self.backend))
+
     def new_cache(self, max_len: int) -> KVCache:
         c = self.config
         return KVCache(1, c.num_key_value_heads, c.head_dim, max_len, self.backend)

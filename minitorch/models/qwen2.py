@@ -141,6 +141,44 @@ class Qwen2Model(Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
+def join_layer_projections(layer: "DecoderLayer") -> int:
+    """Qwen2ForCausalLM.join_projections for one decoder layer (a model's, or a draft head's): its q/k/v (as many
+    from q on as share one code form) and gate/up, where they are PackedWeights, joined into one weight each
+    (`owner.joined` = (weight, n)), the separate weights becoming views of it. Returns how many joins were made."""
+    from ..packed import PackedWeight
+
+    made = 0
+    a, m = layer.self_attn, layer.mlp
+    for owner, lins in ((a, (a.q_proj, a.k_proj, a.v_proj)), (m, (m.gate_proj, m.up_proj))):
+        owner.joined = None
+        ws = [lin.weight.value for lin in lins]
+        n = 1
+        while n < len(ws) and all(isinstance(w, PackedWeight) for w in ws[:n + 1]) and ws[n - 1].joins(ws[n]):
+            n += 1
+        if n < 2:
+            continue
+        fused = PackedWeight.concat(ws[:n])
+        start = 0
+        for lin, w in zip(lins[:n], ws[:n]):
+            lin.weight.update(fused.narrow(0, start, w.shape[0]))
+            start += w.shape[0]
+        owner.joined = (fused, n)
+        made += 1
+    return made
+
+
+def layer_weights(layer: "DecoderLayer") -> Any:
+    """One decoder layer's LayerWeights for a backend's one-call forward (its joined weights where still valid)."""
+    from ..tensor_ops import LayerWeights
+
+    a, m = layer.self_attn, layer.mlp
+    return LayerWeights(layer.input_layernorm.weight.value, a.q_proj.weight.value, _bias(a.q_proj),
+                        a.k_proj.weight.value, _bias(a.k_proj), a.v_proj.weight.value, _bias(a.v_proj),
+                        a.o_proj.weight.value, layer.post_attention_layernorm.weight.value,
+                        m.gate_proj.weight.value, m.up_proj.weight.value, m.down_proj.weight.value,
+                        _joined(a, (a.q_proj, a.k_proj, a.v_proj)), _joined(m, (m.gate_proj, m.up_proj)))
+
+
 def _joined(owner: Module, lins: Sequence[Linear]) -> Optional[tuple]:
     """owner's joined weight (join_projections) while its first n projections are still the views of it that
     join_projections made (a weight set since then undoes the join for this layer), else None."""
@@ -260,19 +298,11 @@ class Qwen2ForCausalLM(Module):
         """(layer weights, head) for the backend's one-call forward (backend.decoder_forward), or None: no
         such slot, `fused` turned off, a gradient being recorded, or weights its kernel does not take."""
         from ..autodiff import is_grad_enabled
-        from ..tensor_ops import LayerWeights
 
         fwd = getattr(self.backend, "decoder_forward", None)
         if fwd is None or not self.fused or self.dtype != "float32" or is_grad_enabled():
             return None
-        layers = []
-        for layer in (self.model.layers[i] for i in range(len(self.model.layers))):
-            a, m = layer.self_attn, layer.mlp
-            layers.append(LayerWeights(layer.input_layernorm.weight.value, a.q_proj.weight.value, _bias(a.q_proj),
-                                       a.k_proj.weight.value, _bias(a.k_proj), a.v_proj.weight.value, _bias(a.v_proj),
-                                       a.o_proj.weight.value, layer.post_attention_layernorm.weight.value,
-                                       m.gate_proj.weight.value, m.up_proj.weight.value, m.down_proj.weight.value,
-                                       _joined(a, (a.q_proj, a.k_proj, a.v_proj)), _joined(m, (m.gate_proj, m.up_proj))))
+        layers = [layer_weights(layer) for layer in (self.model.layers[i] for i in range(len(self.model.layers)))]
         head = self._head(head_rows)
         return (layers, head) if self.backend.decoder_supports(layers, head) else None
 
@@ -312,26 +342,9 @@ class Qwen2ForCausalLM(Module):
         6-13% for five: tools/cpu_forward_parts.py). Packed weights only (GGUF on the CPU); returns how many
         joined weights were made. load_weights calls it; a later change of one of the weights undoes it for
         that layer (_joined checks the views)."""
-        from ..packed import PackedWeight
-
         made = 0
         for layer in (self.model.layers[i] for i in range(len(self.model.layers))):
-            for owner, lins in ((layer.self_attn, (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)),
-                                (layer.mlp, (layer.mlp.gate_proj, layer.mlp.up_proj))):
-                owner.joined = None
-                ws = [lin.weight.value for lin in lins]
-                n = 1
-                while n < len(ws) and all(isinstance(w, PackedWeight) for w in ws[:n + 1]) and ws[n - 1].joins(ws[n]):
-                    n += 1
-                if n < 2:
-                    continue
-                fused = PackedWeight.concat(ws[:n])
-                start = 0
-                for lin, w in zip(lins[:n], ws[:n]):
-                    lin.weight.update(fused.narrow(0, start, w.shape[0]))
-                    start += w.shape[0]
-                owner.joined = (fused, n)
-                made += 1
+            made += join_layer_projections(layer)
         return made
 
     def load_weights(self, weights: Mapping[str, np.ndarray], source: str = "") -> None:
