@@ -51,6 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="benchmark result files of the target run on --data-file's problems: its own answers as more data")
     d.add_argument("--limit", type=int, default=None, help="use only the first N problems of --data-file")
     d.add_argument("--heldout", type=int, default=200, help="hold out the last N problems for evaluation (default 200)")
+    d.add_argument("--heldout-generated", type=int, default=24, metavar="N",
+                   help="also hold out the last N --generated records that carry their own question (problems the "
+                   "target wrote, e.g. data/selfmath) and report the head's agreement on them (default 24; 0 = none)")
     d.add_argument("--max-seq-len", type=int, default=640, help="cut sequences to N tokens (default 640)")
     t = p.add_argument_group("training")
     t.add_argument("--epochs", type=float, default=2.0, help="passes over the training sequences (default 2)")
@@ -104,13 +107,23 @@ def load_sequences(args: argparse.Namespace, tok):
     stem = data_stem(args.data_file)  # the benchmark's problem ids for --data-file rows: <stem>-<row>
     questions = {(f"{stem}-{r['id']}" if r.get("id") is not None else f"{stem}-{i}"): r["question"]
                  for i, r in enumerate(rows)}
-    generated, seen = [], set()
-    for name in args.generated:
-        gen = [r for r in read_rows(name) if questions.get(str(r.get("id"))) not in held_questions]
-        generated += generated_sequences(tok, gen, questions, args.max_seq_len, source=Path(name).name, seen=seen)
+    files = [(name, [r for r in read_rows(name) if questions.get(str(r.get("id"))) not in held_questions])
+             for name in args.generated]
+    # the last --heldout-generated distinct own questions are held out, in every file they appear in
+    own = list(dict.fromkeys(r["question"] for _, rows_g in files for r in rows_g if isinstance(r.get("question"), str)))
+    held_q = set(own[len(own) - min(args.heldout_generated, len(own)):]) if args.heldout_generated > 0 else set()
+    generated, held_gen, seen = [], [], set()
+    for name, rows_g in files:
+        src = Path(name).name
+        generated += generated_sequences(tok, [r for r in rows_g if r.get("question") not in held_q], questions,
+                                         args.max_seq_len, source=src, seen=seen)
+        held_gen += generated_sequences(tok, [r for r in rows_g if isinstance(r.get("question"), str) and
+                                              r["question"] in held_q], questions, args.max_seq_len,
+                                        source=src, seen=seen)
     # The target's own answers first: under --time-limit the features are extracted in this order, and the
-    # text the target writes itself is the data that matters most for acceptance
-    return generated + train, held
+    # text the target writes itself is the data that matters most for acceptance. Held out: GSM8K's, then the
+    # held-out self-written ones (main() tells them apart by source)
+    return generated + train, held + held_gen
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,9 +179,19 @@ def main(argv: list[str] | None = None) -> int:
     per_epoch = len(make_batches(lengths, args.tokens_per_step, np.random.default_rng(0)))
     n_tokens = sum(lengths)
     total = args.max_steps or int(round(args.epochs * per_epoch))
-    held_batches = make_batches([len(s.ids) for s in held], args.tokens_per_step, np.random.default_rng(0))
+    n_main = sum(1 for s in held if s.source == Path(args.data_file).name)  # GSM8K's held out, then self-written
+    held_batches = make_batches([len(s.ids) for s in held[:n_main]], args.tokens_per_step, np.random.default_rng(0))
+    gen_batches = [[n_main + i for i in b] for b in make_batches([len(s.ids) for s in held[n_main:]],
+                                                                   args.tokens_per_step, np.random.default_rng(0))]
+
+    def evaluate_all() -> dict:
+        ev = evaluate(head, held_batches, seqs, store, target, lm_rows, args.ce_weight, eval_steps)
+        if gen_batches:
+            g = evaluate(head, gen_batches, seqs, store, target, lm_rows, args.ce_weight, eval_steps)
+            ev["generated"] = {k: g[k] for k in ("loss", "top1", "top1_steps", "tokens") if k in g}
+        return ev
     print(f"training sequences: {len(train)} ({n_tokens} tokens, "
-          f"{sum(len(s.ids) - s.n_prompt for s in train)} answer tokens), held out: {len(held)}; "
+          f"{sum(len(s.ids) - s.n_prompt for s in train)} answer tokens), held out: {n_main}{f' + {len(held) - n_main} self-written' if len(held) > n_main else ''}; "
           f"{per_epoch} steps an epoch, {total} steps; features {t_feat:.1f} s; head -> {out}")
 
     eval_steps = max(EVAL_STEPS, args.ttt_steps)
@@ -200,10 +223,10 @@ def main(argv: list[str] | None = None) -> int:
             bar.update(1)
             bar.set_postfix(loss=f"{rec['loss']:.3f}", ce=f"{rec['ce']:.3f}")
             if held_batches and (state.step % args.eval_every == 0 or state.step == total):
-                ev = evaluate(head, held_batches, seqs, store, target, lm_rows, args.ce_weight, eval_steps)
+                ev = evaluate_all()
                 state.evals.append({"step": state.step, **ev})
                 bar.write(f"step {state.step}: held-out loss {ev['loss']:.4f}, top-1 agreement {ev['top1']:.3f} "
-                          f"(draft steps {_fmt(ev['top1_steps'])})")
+                          f"(draft steps {_fmt(ev['top1_steps'])})" + _fmt_generated(ev))
             if state.step % args.save_every == 0:
                 save_checkpoint(out, head, opt, state)
             if args.time_limit and time.perf_counter() - t0 > args.time_limit:
@@ -216,8 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     bar.close()
     t_train = time.perf_counter() - t1
     if held_batches and (not state.evals or state.evals[-1]["step"] != state.step):
-        state.evals.append({"step": state.step, **evaluate(head, held_batches, seqs, store, target, lm_rows,
-                                                           args.ce_weight, eval_steps)})
+        state.evals.append({"step": state.step, **evaluate_all()})
     save_checkpoint(out, head, opt, state)
     cfg.training = {"data": [Path(args.data_file).name, *[Path(g).name for g in args.generated]],
                     "sequences": len(train), "tokens": n_tokens, "steps": state.step, "epochs": args.epochs,
@@ -237,12 +259,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"head saved to {out} ({state.step} steps, {t_train:.1f} s, {report['tokens_per_s']} tokens/s); "
           f"held-out top-1 agreement {last.get('top1', float('nan')):.3f}"
           f"{' (draft steps ' + _fmt(last['top1_steps']) + ')' if 'top1_steps' in last else ''}, "
-          f"loss {last.get('loss', float('nan')):.4f}")
+          f"loss {last.get('loss', float('nan')):.4f}{_fmt_generated(last)}")
     return 0
 
 
 def _fmt(xs) -> str:
     return " ".join(f"{x:.3f}" for x in xs)
+
+
+def _fmt_generated(ev: dict) -> str:
+    g = ev.get("generated")
+    return f"; self-written held out: top-1 {g['top1']:.3f} (draft steps {_fmt(g['top1_steps'])})" if g else ""
 
 
 def plot_losses(state, path: Path) -> None:

@@ -345,3 +345,24 @@ def test_records_carrying_their_own_question_are_trained_on_under_the_benchmark_
     prompt = tok.encode(build_prompt(tok, "What is $1+2$?"))
     assert seqs[0].ids[:seqs[0].n_prompt] == prompt and seqs[0].n_prompt == len(prompt)
     assert tok.decode(seqs[0].ids[len(prompt):]).startswith("It is $3$.")
+
+
+def test_self_written_answers_are_held_out_by_question_and_reported(setup, tmp_path):
+    """--heldout-generated N: the last N distinct own questions of the --generated files are held out of training
+    (in every file they appear in) and the held-out evaluation reports the head's agreement on them as well."""
+    model, tok, root, rows = setup
+    recs = [{"id": f"self-{i}", "question": f"What is ${i}+{i + 1}$?", "mode": "spec",
+             "text": f"It is ${2 * i + 1}$. " * 6, "stop_reason": "stop"} for i in range(10)]
+    (tmp_path / "self.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (tmp_path / "self_copy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[7:]))  # the held ones again
+    base = ["--target", str(root / "t"), "--data-file", str(root / "train.jsonl"), "--heldout", str(HELDOUT),
+            "--generated", str(tmp_path / "self.jsonl"), str(tmp_path / "self_copy.jsonl")]
+    train, held = train_draft_head.load_sequences(train_draft_head.parse_args(base + ["--heldout-generated", "3"]), tok)
+    prompts = lambda seqs: {tuple(s.ids[:s.n_prompt]) for s in seqs}  # noqa: E731
+    held_self = [s for s in held if s.source != "train.jsonl"]
+    assert len(held) == HELDOUT + 3 and len(held_self) == 3
+    assert not prompts(held_self) & prompts(train)  # no held-out question is trained on, from either file
+    assert sum(s.source.startswith("self") for s in train) == 7
+    out = _train(root, "heldgen", "--max-steps", "2", "--heldout-generated", "3", "--generated", str(tmp_path / "self.jsonl"))
+    ev = json.loads((out / "report.json").read_text())["evals"][-1]
+    assert 0.0 <= ev["generated"]["top1"] <= 1.0 and len(ev["generated"]["top1_steps"]) == 3 and ev["generated"]["tokens"] > 0
