@@ -121,9 +121,8 @@ def load_sequences(args: argparse.Namespace, tok):
                                               r["question"] in held_q], questions, args.max_seq_len,
                                         source=src, seen=seen)
     # The target's own answers first: under --time-limit the features are extracted in this order, and the
-    # text the target writes itself is the data that matters most for acceptance. Held out: GSM8K's, then the
-    # held-out self-written ones (main() tells them apart by source)
-    return generated + train, held + held_gen
+    # text the target writes itself is the data that matters most for acceptance
+    return generated + train, held, held_gen
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         cfg = DraftHeadConfig.for_target(target, n_vocab, args.intermediate_size, name=str(args.target))
         head, init = DraftHead(cfg, backend, seed=args.seed), None
-    train, held = load_sequences(args, tok)
+    train, held_main, held_gen = load_sequences(args, tok)
+    held = held_main + held_gen
     t0 = time.perf_counter()
     seqs = held + train  # held-out first: a time-limited extraction always has them
     store = FeatureStore(out / "features", seqs, target.config.hidden_size, fp)
@@ -179,9 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     per_epoch = len(make_batches(lengths, args.tokens_per_step, np.random.default_rng(0)))
     n_tokens = sum(lengths)
     total = args.max_steps or int(round(args.epochs * per_epoch))
-    n_main = sum(1 for s in held if s.source == Path(args.data_file).name)  # GSM8K's held out, then self-written
-    held_batches = make_batches([len(s.ids) for s in held[:n_main]], args.tokens_per_step, np.random.default_rng(0))
-    gen_batches = [[n_main + i for i in b] for b in make_batches([len(s.ids) for s in held[n_main:]],
+    n_main = len(held_main)  # store order: GSM8K's held out, the self-written held out, then training
+    held_batches = make_batches([len(s.ids) for s in held_main], args.tokens_per_step, np.random.default_rng(0))
+    gen_batches = [[n_main + i for i in b] for b in make_batches([len(s.ids) for s in held_gen],
                                                                    args.tokens_per_step, np.random.default_rng(0))]
 
     def evaluate_all() -> dict:
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             ev["generated"] = {k: g[k] for k in ("loss", "top1", "top1_steps", "tokens") if k in g}
         return ev
     print(f"training sequences: {len(train)} ({n_tokens} tokens, "
-          f"{sum(len(s.ids) - s.n_prompt for s in train)} answer tokens), held out: {n_main}{f' + {len(held) - n_main} self-written' if len(held) > n_main else ''}; "
+          f"{sum(len(s.ids) - s.n_prompt for s in train)} answer tokens), held out: {n_main}{f' + {len(held_gen)} self-written' if held_gen else ''}; "
           f"{per_epoch} steps an epoch, {total} steps; features {t_feat:.1f} s; head -> {out}")
 
     eval_steps = max(EVAL_STEPS, args.ttt_steps)

@@ -120,17 +120,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-    return rows
-
-
 def problem_items(n: int, start: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
     """(id, fields) of items start..start+n-1: subject, topic and level of combination i (cycling)."""
     combos = combinations()
@@ -143,19 +132,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from tqdm import tqdm
 
-    from evaluation.data import build_prompt
+    from evaluation.data import build_prompt, read_json_rows
     from evaluation.engine import load_engine
     from training.data import is_evaluation_question
 
     out = Path(args.output)
-    done = {r.get("id") for r in read_jsonl(out)} if out.exists() else set()
+    done = {r.get("id") for r in read_json_rows(out)} if out.exists() else set()
     if args.step == "problems":
         todo = [(pid, f) for pid, f in problem_items(args.n, args.start) if pid not in done]
     else:
         src = Path(args.problems)
         if not src.is_file():
             raise UserError(f"problems file not found: {src}")
-        rows = read_jsonl(src)
+        rows = read_json_rows(src)
         if any("question" not in r or "id" not in r for r in rows):
             raise UserError(f"{src}: not a `problems` file (rows need 'id' and 'question')")
         todo = [(r["id"], r) for r in rows if r["question"] and r["id"] not in done]

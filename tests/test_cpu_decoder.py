@@ -14,6 +14,7 @@ from minitorch import FastBackend
 from minitorch.cpu import decoder as fd
 from minitorch.cpu import packed as fast_packed
 from minitorch.models import load_model
+from test_models_util import count_calls
 
 pytest.importorskip("gguf")
 
@@ -83,14 +84,7 @@ def test_one_call_forward_equals_the_op_by_op_model_bit_for_bit(model, n_prompt:
 
     if threaded_attention:
         monkeypatch.setattr(cpu_ops, "PARALLEL_ATTENTION_WORK", 0)
-    calls = {"n": 0}
-    real = FastBackend.decoder_forward
-
-    def counted(*a, **k):
-        calls["n"] += 1
-        return real(*a, **k)
-
-    monkeypatch.setattr(FastBackend, "decoder_forward", counted)
+    calls = count_calls(monkeypatch, FastBackend, "decoder_forward")
     prompt = np.random.default_rng(n_prompt).integers(0, 400, size=n_prompt).tolist()
     ref = _session(model, False, prompt)
     assert calls["n"] == 0
@@ -185,14 +179,7 @@ def test_joined_projections_give_the_separate_products_bits_in_fewer_calls(model
     q = layer.self_attn.q_proj.weight.value
     assert np.shares_memory(q.qt, layer.self_attn.joined[0].qt)  # a view, not a second copy
     prompt = np.random.default_rng(5).integers(0, 400, size=12).tolist()
-    calls = {"n": 0}
-    real = fast_packed.packed_linear
-
-    def counted(*a, **k):
-        calls["n"] += 1
-        return real(*a, **k)
-
-    monkeypatch.setattr(fast_packed, "packed_linear", counted)
+    calls = count_calls(monkeypatch, fast_packed, "packed_linear")
     joined = _session(model, True, prompt)
     with minitorch.no_grad():
         cache = model.new_cache(16)

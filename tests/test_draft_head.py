@@ -24,7 +24,7 @@ from minitorch.models.draft_head import DraftHead, DraftHeadConfig, head_loss, l
 
 torch = pytest.importorskip("torch")
 from backends import BACKENDS, FAST_BACKENDS  # noqa: E402
-from test_models_util import hf_qwen2, save_hf, tiny_bpe  # noqa: E402
+from test_models_util import count_calls, hf_qwen2, save_hf, tiny_bpe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -391,14 +391,7 @@ def test_packed_head_step_is_forward_and_logits_bit_for_bit(packed_target, monke
     lm = model.lm_head_weight()
     rng = np.random.default_rng(0)
     f, e = (minitorch.from_numpy(rng.standard_normal((1, 7, 256)).astype(np.float32)) for _ in range(2))
-    calls = {"n": 0}
-    real = minitorch.FastBackend.decoder_forward
-
-    def counted(*a, **k):
-        calls["n"] += 1
-        return real(*a, **k)
-
-    monkeypatch.setattr(minitorch.FastBackend, "decoder_forward", counted)
+    calls = count_calls(monkeypatch, minitorch.FastBackend, "decoder_forward")
 
     def run(fast: bool):
         cache, out = head.new_cache(16), []

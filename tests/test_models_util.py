@@ -190,3 +190,16 @@ def write_gguf(path: Path, model: Any, tokenizer: Any, qtype: str = "F32", templ
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def count_calls(monkeypatch: Any, owner: Any, name: str) -> dict[str, int]:
+    """Wrap owner.name (monkeypatch: undone after the test) so that calls["n"] counts its calls; returns calls."""
+    calls = {"n": 0}
+    real = getattr(owner, name)
+
+    def counted(*a: Any, **k: Any) -> Any:
+        calls["n"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls

@@ -154,14 +154,15 @@ def test_the_targets_own_answers_come_first_so_a_time_limit_keeps_them(setup):
     model, tok, root, rows = setup
     args = train_draft_head.parse_args(["--target", str(root / "t"), "--data-file", str(root / "train.jsonl"),
                                         "--generated", str(root / "gen.jsonl"), "--heldout", str(HELDOUT)])
-    train, held = train_draft_head.load_sequences(args, tok)
+    train, held, held_gen = train_draft_head.load_sequences(args, tok)
+    assert not held_gen  # gen.jsonl's records have no question of their own
     sources = [s.source for s in train]
     n_gen = sources.count("gen.jsonl")
     assert n_gen > 0 and sources[:n_gen] == ["gen.jsonl"] * n_gen, sources
     assert len(held) == HELDOUT and all(s.source == "train.jsonl" for s in held)
     (root / "gen_copy.jsonl").write_text((root / "gen.jsonl").read_text())  # the same answers in a second file
     args.generated = [str(root / "gen.jsonl"), str(root / "gen_copy.jsonl")]
-    twice, _ = train_draft_head.load_sequences(args, tok)
+    twice, _, _ = train_draft_head.load_sequences(args, tok)
     assert len(twice) == len(train)  # count once
 
 
@@ -357,10 +358,10 @@ def test_self_written_answers_are_held_out_by_question_and_reported(setup, tmp_p
     (tmp_path / "self_copy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[7:]))  # the held ones again
     base = ["--target", str(root / "t"), "--data-file", str(root / "train.jsonl"), "--heldout", str(HELDOUT),
             "--generated", str(tmp_path / "self.jsonl"), str(tmp_path / "self_copy.jsonl")]
-    train, held = train_draft_head.load_sequences(train_draft_head.parse_args(base + ["--heldout-generated", "3"]), tok)
+    train, held, held_self = train_draft_head.load_sequences(
+        train_draft_head.parse_args(base + ["--heldout-generated", "3"]), tok)
     prompts = lambda seqs: {tuple(s.ids[:s.n_prompt]) for s in seqs}  # noqa: E731
-    held_self = [s for s in held if s.source != "train.jsonl"]
-    assert len(held) == HELDOUT + 3 and len(held_self) == 3
+    assert len(held) == HELDOUT and len(held_self) == 3
     assert not prompts(held_self) & prompts(train)  # no held-out question is trained on, from either file
     assert sum(s.source.startswith("self") for s in train) == 7
     out = _train(root, "heldgen", "--max-steps", "2", "--heldout-generated", "3", "--generated", str(tmp_path / "self.jsonl"))

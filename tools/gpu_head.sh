@@ -29,6 +29,18 @@ log() { echo "=== $(date -u +%H:%M:%S) t=$(( $(date +%s) - T0 ))s $*"; }
 [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   .whl/*.whl && export PYTHONPATH=/tmp/site
 [ -f minitorch/cuda_kernels/gemv.fatbin ] || { log build; ./compile_cuda.sh > "$OUT/build.log" 2>&1; echo "build rc=$?"; }
+# train_head DIR SECONDS: train_draft_head.py on --backend cuda into DIR for SECONDS, on GSM8K train, the committed
+# answers the target wrote and this machine's from a `gen`/`selfmath` call (a `selfmath` after the committed ones
+# needs START past their last item, or it writes the same problems again); INIT=DIR starts from that head
+train_head() {
+  local GEN=(--generated data/gsm8k/generated/*.jsonl $(ls data/selfmath/answers*.jsonl /root/gen/*gen.jsonl \
+    /root/gen/answers.jsonl 2>/dev/null)) INIT_ARGS=()
+  [ -n "${INIT:-}" ] && INIT_ARGS=(--init "$INIT")
+  log "train ${GEN[*]} ${INIT_ARGS[*]}"
+  python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" "${INIT_ARGS[@]}" \
+    --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
+    --ttt-steps "${TTT:-3}" --time-limit "$2" --output "$1" --quiet
+}
 case "${1:-}" in
 gen)
   N="${2:-300}"; mkdir -p /root/gen
@@ -52,14 +64,7 @@ selfmath)
   wc -l /root/gen/problems.jsonl /root/gen/answers.jsonl; cp /root/gen/problems.jsonl /root/gen/answers.jsonl "$OUT/"
   ;;
 train)
-  # the committed answers, and this machine's from a `gen`/`selfmath` call (a `selfmath` after the committed ones
-  # needs START past their last item, or it writes the same problems again)
-  GEN=(--generated data/gsm8k/generated/*.jsonl $(ls data/selfmath/answers*.jsonl /root/gen/*gen.jsonl /root/gen/answers.jsonl 2>/dev/null))
-  INIT_ARGS=(); [ -n "${INIT:-}" ] && INIT_ARGS=(--init "$INIT")
-  log "train ${GEN[*]} ${INIT_ARGS[*]}"
-  python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" "${INIT_ARGS[@]}" \
-    --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
-    --ttt-steps "${TTT:-3}" --time-limit "${TRAIN_LIMIT:-420}" --output /root/head --quiet 2>&1 | tee "$OUT/train.log" | tail -25
+  train_head /root/head "${TRAIN_LIMIT:-420}" 2>&1 | tee "$OUT/train.log" | tail -25
   split -b 15000000 -d -a 1 /root/head/head.safetensors "$OUT/head.safetensors.part"  # 16 MiB a file comes back
   cp /root/head/head.json /root/head/report.json /root/head/loss.png "$OUT/" 2>/dev/null
   [ "${EVAL_N:-5}" -gt 0 ] || { log done; exit 0; }
@@ -83,10 +88,7 @@ bench)
   G="${2:-4}"; HEAD="${HEAD_DIR:-/root/head}"
   if [ ! -f "$HEAD/head.safetensors" ]; then
     log "no head in $HEAD: training one (${TRAIN_LIMIT:-200} s)"
-    GEN=(--generated data/gsm8k/generated/*.jsonl); [ -f /root/gen/train_gen.jsonl ] && GEN+=(/root/gen/train_gen.jsonl)
-    python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" \
-      --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
-      --ttt-steps "${TTT:-3}" --time-limit "${TRAIN_LIMIT:-200}" --output "$HEAD" --quiet > "$OUT/train.log" 2>&1
+    train_head "$HEAD" "${TRAIN_LIMIT:-200}" > "$OUT/train.log" 2>&1
     echo "train rc=$?"
     tail -6 "$OUT/train.log"
     cp "$HEAD/head.json" "$HEAD/report.json" "$HEAD/loss.png" "$OUT/" 2>/dev/null

@@ -92,7 +92,7 @@ def decoder_forward(ids: np.ndarray, embed: Any, layers: Sequence[LayerWeights],
     final-norm hidden states of all T positions (before last_n), as the model's forward returns them.
     parallel_attention_work: the attention work from which the threaded kernel runs (ops.PARALLEL_ATTENTION_WORK).
     x0 (T, D) float32: the first layer's input instead of embed(ids) (a draft head's fc output; ids and embed are
-    then unused); norm None: no final norm, the hidden states are the last layer's output (a draft head's g)."""
+    then unused, and may be None); norm None: no final norm, the hidden states are the last layer's output (a draft head's g)."""
     from ..packed import PackedWeight
 
     t = int(ids.shape[0]) if x0 is None else int(x0.shape[0])

@@ -249,7 +249,7 @@ class DraftHead(Module):
     def packed(self, block: int = 32) -> "DraftHead":
         """A copy of this head for drafting on a backend with a packed kernel (the CPU): fc and the layer's
         projections as int8 codes with one float32 scale per block of `block` inputs (PackedWeight.quantize,
-        Q8_0's recipe: about a quarter of the float32 bytes), q/k/v and gate/up joined, so draft_step runs the
+        Q8_0's recipe: 0.29 of the float32 bytes), q/k/v and gate/up joined, so draft_step runs the
         backend's one-call forward over them. Its drafts may differ from the float32 head's where two tokens are
         nearly tied; the output never does (the target verifies every draft)."""
         from ..packed import PackedWeight
@@ -258,7 +258,7 @@ class DraftHead(Module):
         if getattr(self.backend, "packed_linear", None) is None:
             raise ValueError(f"{getattr(self.backend, 'name', self.backend)} has no packed kernel")
         head = DraftHead(self.config, self.backend)
-        for (name, src), (_, dst) in zip(self.named_parameters(), head.named_parameters()):
+        for (_, src), (_, dst) in zip(self.named_parameters(), head.named_parameters()):
             v = src.value
             dst.requires_grad = False
             if v.dims == 2 and v.shape[1] % block == 0:
@@ -289,7 +289,7 @@ class DraftHead(Module):
         self._rope(cache.length, t)  # the tables cover the new positions
         x = self.fc(nn.cat([feats, emb], -1))  # (1, T, D): forward's first op
         c = self.config
-        logits, hidden = fwd(np.zeros(t, dtype=np.int64), None, layers, None, lm, float(c.rms_norm_eps),
+        logits, hidden = fwd(None, None, layers, None, lm, float(c.rms_norm_eps),
                              c.num_attention_heads, c.num_key_value_heads, c.head_dim, self._cos, self._sin, cache, 1,
                              True, x0=x.to_numpy()[0])
         return (from_numpy(np.ascontiguousarray(hidden[t - 1:])[None], backend=self.backend),

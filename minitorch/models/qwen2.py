@@ -144,7 +144,8 @@ class Qwen2Model(Module):
 def join_layer_projections(layer: "DecoderLayer") -> int:
     """Qwen2ForCausalLM.join_projections for one decoder layer (a model's, or a draft head's): its q/k/v (as many
     from q on as share one code form) and gate/up, where they are PackedWeights, joined into one weight each
-    (`owner.joined` = (weight, n)), the separate weights becoming views of it. Returns how many joins were made."""
+    (`owner.joined` = (weight, n, the views)), the separate weights becoming views of it. Returns how many joins
+    were made."""
     from ..packed import PackedWeight
 
     made = 0
@@ -158,11 +159,11 @@ def join_layer_projections(layer: "DecoderLayer") -> int:
         if n < 2:
             continue
         fused = PackedWeight.concat(ws[:n])
-        start = 0
-        for lin, w in zip(lins[:n], ws[:n]):
-            lin.weight.update(fused.narrow(0, start, w.shape[0]))
-            start += w.shape[0]
-        owner.joined = (fused, n)
+        starts = np.cumsum([0] + [w.shape[0] for w in ws[:n - 1]])
+        views = tuple(fused.narrow(0, int(s0), w.shape[0]) for s0, w in zip(starts, ws[:n]))
+        for lin, view in zip(lins, views):
+            lin.weight.update(view)
+        owner.joined = (fused, n, views)
         made += 1
     return made
 
@@ -180,22 +181,12 @@ def layer_weights(layer: "DecoderLayer") -> Any:
 
 
 def _joined(owner: Module, lins: Sequence[Linear]) -> Optional[tuple]:
-    """owner's joined weight (join_projections) while its first n projections are still the views of it that
-    join_projections made (a weight set since then undoes the join for this layer), else None."""
-    from ..packed import TILE
-
+    """(weight, n) of owner's join (join_layer_projections) while its projections still hold the views the join set
+    (a weight set since then undoes the join for this layer), else None."""
     j = getattr(owner, "joined", None)
-    if j is None:
+    if j is None or any(lin.weight.value is not view for lin, view in zip(lins, j[2])):
         return None
-    fused, n = j
-    base, start = fused.qt.ctypes.data, 0
-    for lin in lins[:n]:
-        w = lin.weight.value
-        qt = getattr(w, "qt", None)
-        if qt is None or qt.base is not fused.qt or qt.ctypes.data != base + (start // TILE) * fused.qt.strides[0]:
-            return None
-        start += w.shape[0]
-    return j
+    return j[0], j[1]
 
 
 def _bias(lin: Linear) -> Optional[Tensor]:
@@ -337,9 +328,10 @@ class Qwen2ForCausalLM(Module):
     def join_projections(self) -> int:
         """Join each layer's q/k/v projections (as many from q on as share one code form) and its gate/up into one
         PackedWeight each (PackedWeight.concat), the separate weights becoming views of it (no second copy), so
-        that the one-call forward runs one product where it ran two or three: the same bits, fewer calls (on a
-        2-core box 197 product calls a 1.5B token became 127 and the products took 3-7% less time for one row,
-        6-13% for five: tools/cpu_forward_parts.py). Packed weights only (GGUF on the CPU); returns how many
+        that the one-call forward runs one product where it ran two or three: the same bits, fewer calls (a 1.5B
+        token: 197 product calls became 127; the whole decode step and 5-row verify took 0.96-1.06x as long in
+        float32, 0.99-1.12x with int8 activations, over four alternating runs on a 2-core box:
+        tools/cpu_read_ceiling.py, docs/RESULTS.md). Packed weights only (GGUF on the CPU); returns how many
         joined weights were made. load_weights calls it; a later change of one of the weights undoes it for
         that layer (_joined checks the views)."""
         made = 0

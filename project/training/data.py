@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from evaluation.data import (DATASETS, DEFAULT_DATA_DIR, QUESTION_FIELDS, BenchmarkError, build_prompt,
-                             read_json_rows)
+from evaluation.data import DATASETS, DEFAULT_DATA_DIR, BenchmarkError, build_prompt, load_problems, read_json_rows
 
 ANNOTATION = re.compile(r"<<[^>]*>>")
 FINAL = re.compile(r"\n?####\s*(.+?)\s*$")
@@ -101,17 +100,12 @@ def _norm(question: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def evaluation_questions(data_dir: str = str(DEFAULT_DATA_DIR)) -> frozenset[str]:
-    """The questions of the evaluation sets in the data folder (GSM8K test, MATH-500, AIME, AMC), whitespace and
-    case folded: a record that carries its own question (a problem the target wrote) must not be one of them."""
-    qs = set()
-    for spec in DATASETS.values():
-        path = Path(data_dir) / spec.local if spec.local else None
-        if path is not None and path.is_file():
-            for r in read_json_rows(path):
-                q = next((r[k] for k in QUESTION_FIELDS if isinstance(r.get(k), str)), None)
-                if q:
-                    qs.add(_norm(q))
-    return frozenset(qs)
+    """The questions of the evaluation sets in the data folder (GSM8K test, MATH-500, AIME, AMC; load_problems, as the
+    benchmarks read them), whitespace and case folded: a record that carries its own question (a problem the target
+    wrote) must not be one of them."""
+    return frozenset(_norm(p.question) for name, spec in DATASETS.items()
+                     if spec.local and (Path(data_dir) / spec.local).is_file()
+                     for p in load_problems(name, data_dir=data_dir))
 
 
 def is_evaluation_question(question: str) -> bool:
