@@ -6,8 +6,8 @@
 #                                    the next call and copied to $OUT/train_gen.jsonl (commit it under data/)
 #   bash tools/gpu_head.sh selfmath N  the target writes N MATH-style problems (project/write_problems.py problems,
 #                                    sampled, ${PROB_LIMIT:-150} s at most) and answers them (answers, greedy, up to 512
-#                                    new tokens, ${ANS_LIMIT:-330} s at most), both kept in /root/gen for the next call
-#                                    and copied to $OUT (commit them under data/selfmath/)
+#                                    new tokens, ${ANS_LIMIT:-330} s at most), in PAR processes at once (N each), kept
+#                                    in /root/gen for the next call and copied to $OUT (commit them under data/selfmath/)
 #   bash tools/gpu_head.sh train     train a head with --backend cuda on GSM8K train (+ /root/gen's answers) for
 #                                    TRAIN_LIMIT s (default 420; --ttt-steps ${TTT:-3}), then (EVAL_N > 0, default 5)
 #                                    its acceptance on GSM8K test first EVAL_N (CPU engine on the CUDA backend, float32)
@@ -34,7 +34,7 @@ log() { echo "=== $(date -u +%H:%M:%S) t=$(( $(date +%s) - T0 ))s $*"; }
 # needs START past their last item, or it writes the same problems again); INIT=DIR starts from that head
 train_head() {
   local GEN=(--generated data/gsm8k/generated/*.jsonl $(ls data/selfmath/answers*.jsonl /root/gen/*gen.jsonl \
-    /root/gen/answers.jsonl 2>/dev/null)) INIT_ARGS=()
+    /root/gen/answers*.jsonl 2>/dev/null)) INIT_ARGS=()
   [ -n "${INIT:-}" ] && INIT_ARGS=(--init "$INIT")
   log "train ${GEN[*]} ${INIT_ARGS[*]}"
   python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" "${INIT_ARGS[@]}" \
@@ -52,16 +52,27 @@ gen)
   wc -l /root/gen/train_gen.jsonl; cp /root/gen/train_gen.jsonl "$OUT/"
   ;;
 selfmath)
-  N="${2:-600}"; mkdir -p /root/gen
-  log "selfmath: $N problems"
-  timeout "${PROB_LIMIT:-150}" python3 project/write_problems.py problems --n "$N" --start "${START:-0}" --backend cuda --no-progress \
-    -o /root/gen/problems.jsonl $( [ -f /root/gen/problems.jsonl ] && echo --resume ) > "$OUT/problems.log" 2>&1
-  echo "problems rc=$?"; tail -3 "$OUT/problems.log"
-  log "selfmath: answers"
-  timeout "${ANS_LIMIT:-330}" python3 project/write_problems.py answers /root/gen/problems.jsonl --backend cuda \
-    --no-progress -o /root/gen/answers.jsonl $( [ -f /root/gen/answers.jsonl ] && echo --resume ) > "$OUT/answers.log" 2>&1
-  echo "answers rc=$?"; tail -3 "$OUT/answers.log"
-  wc -l /root/gen/problems.jsonl /root/gen/answers.jsonl; cp /root/gen/problems.jsonl /root/gen/answers.jsonl "$OUT/"
+  # PAR shards (default 1) run at once on the one GPU, shard k on items START+k*N.. (its own seeds), each writing
+  # problems then answers to /root/gen/{problems,answers}_k.jsonl: batch-1 decoding leaves the GPU idle between
+  # launches and each program's GGUF dequantizing (~30 s) runs on its own CPU core
+  N="${2:-600}"; P="${PAR:-1}"; mkdir -p /root/gen
+  log "selfmath: $P shard(s) of $N problems from ${START:-0}"
+  for k in $(seq 0 $((P - 1))); do
+    (
+      timeout "${PROB_LIMIT:-150}" python3 project/write_problems.py problems --n "$N" --start $(( ${START:-0} + k * N )) \
+        --backend cuda --no-progress -o /root/gen/problems_$k.jsonl \
+        $( [ -f /root/gen/problems_$k.jsonl ] && echo --resume ) > "$OUT/shard_$k.log" 2>&1
+      echo "shard $k problems rc=$?"
+      timeout "${ANS_LIMIT:-330}" python3 project/write_problems.py answers /root/gen/problems_$k.jsonl --backend cuda \
+        --no-progress -o /root/gen/answers_$k.jsonl \
+        $( [ -f /root/gen/answers_$k.jsonl ] && echo --resume ) >> "$OUT/shard_$k.log" 2>&1
+      echo "shard $k answers rc=$?"
+    ) &
+  done
+  wait
+  for k in $(seq 0 $((P - 1))); do tail -n 4 "$OUT/shard_$k.log"; done
+  wc -l /root/gen/problems_*.jsonl /root/gen/answers_*.jsonl
+  cat /root/gen/problems_*.jsonl > "$OUT/problems.jsonl"; cat /root/gen/answers_*.jsonl > "$OUT/answers.jsonl"
   ;;
 train)
   train_head /root/head "${TRAIN_LIMIT:-420}" 2>&1 | tee "$OUT/train.log" | tail -25
@@ -104,7 +115,8 @@ bench)
       tail -16 "$OUT/bench_${set}_$kind.log"
     done
   done
-  python3 - "$OUT/gsm8k_head.jsonl" "$OUT/gsm8k_model.jsonl" <<'PY' || true
+  for set in ${SETS:-gsm8k}; do
+    python3 - "$OUT/${set}_head.jsonl" "$OUT/${set}_model.jsonl" <<'PY' || true
 import json, sys
 def texts(p):
     try:
@@ -114,8 +126,11 @@ def texts(p):
     return {(r.get("id"), r.get("mode")): r.get("text", r.get("output")) for r in rows}
 a, b = texts(sys.argv[1]), texts(sys.argv[2])
 same = [k for k in a if k in b and a[k] == b[k]]
-print(f"texts identical between the head and the 0.5B runs: {len(same)} of {len(set(a) & set(b))} (greedy: all expected)")
+print(f"{sys.argv[1]}: texts identical between the head and the 0.5B runs: {len(same)} of {len(set(a) & set(b))} (greedy: all expected)")
 PY
+  done
+  # at most 8 files come back from the GPU machine: the texts and summaries travel as one archive
+  (cd "$OUT" && tar czf bench.tgz *.jsonl *.summary.json 2>/dev/null && rm -f *.jsonl *.summary.json)
   ;;
 *) sed -n '2,23p' "$0"; exit 2;;
 esac
