@@ -76,7 +76,8 @@ def load_engine(args: argparse.Namespace, modes: Sequence[str]) -> Engine:
 
     check_spec_args(args)
     cfg = sampling_from_args(args)
-    models = load_models(args)
+    # --no-progress quiets the loading bars too (a GPU log was mostly "dequantizing ..." bars)
+    models = load_models(args, progress=not getattr(args, "no_progress", False))
     warm = warm_up(models, cfg=cfg, gamma=args.gamma, drafter=args.drafter)  # first problem's timings stay warm
     print(f"[warm-up {warm:.1f} s, not part of any problem's timing]", file=sys.stderr)
     stop_ids = sorted(models.stop_ids)
