@@ -39,9 +39,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help=f"target model: registry name, HF model folder or GGUF file (default {DEFAULT_TARGET})")
     g.add_argument("--draft", default=DEFAULT_DRAFT,
                    help=f"draft model for --drafter model: registry name, folder or GGUF file (default {DEFAULT_DRAFT})")
-    g.add_argument("--drafter", choices=("model", "ngram", "head"), default="model",
+    g.add_argument("--drafter", choices=("auto", "model", "ngram", "head"), default="auto",
                    help="who proposes tokens: the draft model, prompt lookup (n-gram match, no second model), or a "
-                   "draft head trained for the target (project/train_draft_head.py)")
+                   "draft head trained for the target (project/train_draft_head.py). auto (default): on the CPU the "
+                   "head when --head is given or the cache holds one for this target (at gamma 3 unless --gamma is "
+                   "given), else the draft model; the draft model on the GPU")
     g.add_argument("--head", default=None, metavar="DIR",
                    help="the draft head's folder for --drafter head (default: the cache's head for this target)")
     g.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
@@ -107,7 +109,7 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("speculative decoding")
     g.add_argument("--gamma", type=int, default=None,
                    help="the draft model's tokens per verification (default 4; 3 where --draft-extend's "
-                        "default adds 4 looked-up ones: the CUDA-graph path)")
+                        "default adds 4 looked-up ones: the CUDA-graph path; 3 for a head --drafter auto takes)")
     g.add_argument("--adaptive-gamma", action="store_true",
                    help="raise gamma after a fully accepted draft, lower it after an early rejection")
     g.add_argument("--draft-vocab", type=int, default=0,
@@ -128,6 +130,10 @@ def sampling_from_args(args: argparse.Namespace) -> SamplingConfig:
 
 
 DEFAULT_GAMMA = 4  # the draft model's tokens a round
+# --drafter auto on the CPU takes a head for the target where one exists: round 17's head drafted GSM8K's first 20
+# (256 new tokens, Intel Xeon VM, docs/RESULTS.md) at 1.37x (CI 1.32-1.43) over the target alone at gamma 3, the 0.5B
+# draft at its default gamma 4 at 1.27x (1.24-1.30). On the GPU the 0.5B stays: the head trails it on MATH-500.
+HEAD_CPU_GAMMA = 3
 GPU_DEFAULT_EXTEND = (3, 4)  # (gamma, --draft-extend) on the CUDA-graph path: 8 verify rows, the best measured
 
 
@@ -143,6 +149,9 @@ def default_draft_extend(args: argparse.Namespace) -> int:
 def check_spec_args(args: argparse.Namespace) -> None:
     """Refuse bad --gamma / --max-new-tokens before anything is loaded; fill in the defaults of --gamma and
     --draft-extend (default_draft_extend), so every later reader sees the values the run uses."""
+    if getattr(args, "drafter", "model") == "auto" and args.backend != "cpu":
+        args.drafter = "model"  # --drafter auto: the draft model on the GPU (a head is the CPU's default only)
+    args.gamma_given = args.gamma is not None  # resolve_drafter sets the head's gamma only when none was given
     if getattr(args, "draft_extend", 0) is None:
         args.draft_extend = default_draft_extend(args)
         if args.gamma is None and args.draft_extend:
@@ -158,6 +167,8 @@ def check_spec_args(args: argparse.Namespace) -> None:
     extend = getattr(args, "draft_extend", 0)
     if extend < 0:
         raise UserError(f"--draft-extend must be >= 0, got {extend}")
+    if (extend or getattr(args, "draft_vocab", 0)) and getattr(args, "drafter", "model") == "auto":
+        args.drafter = "model"  # flags of the draft model's: auto means the draft model
     if extend and getattr(args, "drafter", "model") != "model":
         raise UserError("--draft-extend continues a draft model's tokens: it needs --drafter model")
 
@@ -272,6 +283,7 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
     weights = getattr(args, "weights", "auto")
     dtype = "float32" if args.dtype == "auto" else args.dtype
     target, tok = load_model(args.target, backend=backend, dtype=dtype, progress=progress, weights=weights)
+    resolve_drafter(args, target)
     draft = None
     vocab = min(int(target.config.vocab_size), int(tok.vocab_size))
     if need_draft if need_draft is not None else args.drafter == "model":
@@ -313,6 +325,23 @@ def default_head_dir(target: Any) -> Any:
     return cache_root() / "heads" / target_fingerprint(target)
 
 
+def resolve_drafter(args: argparse.Namespace, target: Any) -> None:
+    """--drafter auto on the CPU, once the target is loaded: "head" when --head is given, or when the cache holds a
+    head for this target (default_head_dir) and no other --draft was asked for; its gamma HEAD_CPU_GAMMA unless
+    --gamma was given. Else "model". A fresh clone has no head, so it drafts with the 0.5B."""
+    if getattr(args, "drafter", "model") != "auto":
+        return
+    explicit_draft = str(getattr(args, "draft", DEFAULT_DRAFT)) != DEFAULT_DRAFT
+    head = getattr(args, "head", None) is not None or (
+        not explicit_draft and (default_head_dir(target) / "head.safetensors").is_file())
+    args.drafter = "head" if head else "model"
+    if head and not getattr(args, "gamma_given", True):
+        args.gamma = HEAD_CPU_GAMMA
+    if head:
+        print(f"[--drafter auto: the draft head in {getattr(args, 'head', None) or default_head_dir(target)}, gamma "
+              f"{args.gamma}; --drafter model drafts with {DEFAULT_DRAFT}]", file=sys.stderr)
+
+
 def load_head_for(args: argparse.Namespace, target: Any) -> Any:
     """--head DIR, else the cache's head for the target; missing, corrupt or another target's: one clear line."""
     from minitorch.models.draft_head import load_head
@@ -344,6 +373,8 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
     from minitorch.models import check_compatible, load_model
 
     require_gpu()
+    if getattr(args, "drafter", "model") == "auto":
+        args.drafter = "model"
     from minitorch.cuda.decoder import CudaDecoder, int8_unsupported, weights_from_model
 
     t0 = time.perf_counter()

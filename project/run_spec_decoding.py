@@ -288,10 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json and (args.stream or args.interactive):
         raise UserError("--json cannot be combined with --stream or --interactive")
     check_spec_args(args)
-    s = Settings(cfg=sampling_from_args(args), gamma=args.gamma, adaptive=args.adaptive_gamma,
+    cfg = sampling_from_args(args)
+    models = load_models(args, progress=not args.json)  # resolves --drafter auto (and the head's gamma)
+    s = Settings(cfg=cfg, gamma=args.gamma, adaptive=args.adaptive_gamma,
                  drafter=args.drafter, max_new_tokens=args.max_new_tokens, chat=args.chat, stream=args.stream)
     s.runs["target"] = not args.no_baseline
-    models = load_models(args, progress=not args.json)
     if args.interactive:
         warm_up(models, cfg=s.cfg, gamma=s.gamma, drafter=s.drafter)
         print(f"[loaded {args.target}" + (f" + {args.draft}" if models.draft is not None else "")

@@ -430,3 +430,78 @@ def test_speculative_with_a_packed_head_equals_the_target_alone(packed_target):
     cfg = SamplingConfig()
     spec = speculative_generate(model, HeadDrafter(head, model), prompt, 30, cfg, gamma=3)
     assert spec.tokens == generate(model, prompt, 30, cfg).tokens and spec.stats["rounds"] >= 8
+
+
+# -- --drafter auto: the head is the CPU's default where one exists ------------------------------------------------
+
+def test_drafter_auto_takes_the_cache_head_on_the_cpu_only(target, tmp_path, monkeypatch):
+    """--drafter auto (the default): the draft model while the cache holds no head for the target; once one is saved
+    where train_draft_head puts it (default_head_dir), the head at gamma HEAD_CPU_GAMMA; --gamma, --draft or
+    --backend cuda keep their meaning."""
+    sys.path.insert(0, str(ROOT / "project"))
+    import cli_common as cc
+
+    monkeypatch.setenv("MINITORCH_SPEC_CACHE", str(tmp_path / "cache"))
+    model, _, path = target
+
+    def resolved(*argv):
+        p = cc.OneLineParser()
+        cc.add_model_args(p)
+        cc.add_spec_args(p)
+        p.add_argument("--max-new-tokens", type=int, default=8)
+        args = p.parse_args(["--target", str(path), *argv])
+        cc.check_spec_args(args)
+        if args.backend == "cpu":
+            cc.resolve_drafter(args, model)
+        return args.drafter, args.gamma
+
+    assert resolved() == ("model", cc.DEFAULT_GAMMA)  # a fresh clone: no head anywhere
+    DraftHead(_cfg(model), model.backend, seed=3).save(cc.default_head_dir(model))
+    assert resolved() == ("head", cc.HEAD_CPU_GAMMA)
+    assert resolved("--gamma", "5") == ("head", 5)
+    assert resolved("--draft", str(path)) == ("model", cc.DEFAULT_GAMMA)  # a draft model asked for by name
+    assert resolved("--drafter", "model") == ("model", cc.DEFAULT_GAMMA)
+    assert resolved("--draft-extend", "2") == ("model", cc.DEFAULT_GAMMA)  # a draft model's flag
+    assert resolved("--backend", "cuda") == ("model", cc.GPU_DEFAULT_EXTEND[0])  # the 0.5B stays the GPU's default
+
+
+def test_demo_drafts_with_the_cache_head_and_equals_the_target(target, tmp_path, monkeypatch):
+    """The demo with no --drafter on a target that has a head in the cache: it says so, drafts with the head, and
+    its greedy tokens equal the target alone's."""
+    import json
+    import os
+
+    sys.path.insert(0, str(ROOT / "project"))
+    from cli_common import default_head_dir
+
+    model, _, path = target
+    monkeypatch.setenv("MINITORCH_SPEC_CACHE", str(tmp_path / "cache"))
+    DraftHead(_cfg(model), model.backend, seed=4).save(default_head_dir(model))
+    r = subprocess.run([sys.executable, "project/run_spec_decoding.py", "--target", str(path), "--prompt", "ab ab ab",
+                        "--max-new-tokens", "12", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (out["settings"]["drafter"], out["settings"]["gamma"], out["settings"]["draft"]) == ("head", 3, None)
+    assert "--drafter auto: the draft head" in r.stderr
+    assert out["spec"]["tokens"] == out["target"]["tokens"] and len(out["target"]["tokens"]) == 12
+
+
+def test_llama_cpp_bench_finds_the_head_the_cpu_default_would_take(target, tmp_path, monkeypatch):
+    """project/bench/llama_cpp.py's ours_spec_head run: no head in the cache -> no run (None); a saved head -> that
+    head; a --head folder that is missing -> the one-line load error, not a silent skip."""
+    sys.path.insert(0, str(ROOT / "project"))
+    sys.path.insert(0, str(ROOT / "project" / "bench"))
+    import llama_cpp
+    from cli_common import UserError, default_head_dir
+
+    model, _, _ = target
+    monkeypatch.setenv("MINITORCH_SPEC_CACHE", str(tmp_path / "cache"))
+    assert llama_cpp.head_for(None, model) is None
+    saved = DraftHead(_cfg(model), model.backend, seed=6)
+    saved.save(default_head_dir(model))
+    got = llama_cpp.head_for(None, model)
+    for (n, a), (_, b) in zip(saved.named_parameters(), got.named_parameters()):
+        np.testing.assert_array_equal(np.asarray(a.value.to_numpy()), np.asarray(b.value.to_numpy()), err_msg=n)
+    with pytest.raises((ModelLoadError, UserError)):
+        llama_cpp.head_for(str(tmp_path / "none"), model)

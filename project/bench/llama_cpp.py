@@ -49,6 +49,9 @@ build_prompt, the same text for both), interleaved so both see the same machine 
   llama.cpp speculative    llama-speculative-simple -md DRAFT --spec-type draft-simple --spec-draft-n-max G:
                            its `decoded` line;
   ours speculative         speculative_generate, the draft model proposing G tokens.
+  ours speculative, head   the same with a trained draft head proposing --head-gamma tokens (its packed() copy),
+                           when one is there: --head DIR or the cache's head for the target (the CPU's default
+                           drafter then: cli_common.resolve_drafter); --no-head skips it.
 Decode tokens/s leave the prompt out on both sides: llama.cpp's eval runs / eval time (the first token
 comes from the prompt pass), ours (tokens - 1) / (total - prefill seconds); llama.cpp's speculative line
 counts from after the prompt too. "same text" says whether a run's text equals our target-alone text
@@ -408,6 +411,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="our draft's weights (as the CLI's --draft-quant): auto/q4 = 8-bit-code tensors requantized "
                          "to 4 bits (the default), file = as the GGUF stores them")
     ap.add_argument("--no-spec", action="store_true", help="target alone only")
+    ap.add_argument("--head", default=None, metavar="DIR",
+                    help="also ours speculative with this draft head (default: the cache's head for the target, "
+                         "when there is one: the CPU's default drafter then, cli_common.resolve_drafter)")
+    ap.add_argument("--head-gamma", type=int, default=3, help="draft tokens per verify with the head (default 3)")
+    ap.add_argument("--no-head", action="store_true", help="no run with a draft head")
     ap.add_argument("--no-ours", action="store_true", help="llama.cpp only")
     ap.add_argument("--int8", action="store_true",
                     help="also run ours with int8 activations (VNNI; fast_packed.set_activations('int8'))")
@@ -460,6 +468,9 @@ def run(args: argparse.Namespace) -> int:
     ns = argparse.Namespace(target=str(target_file), draft=str(draft_file or args.draft), drafter="model",
                             backend="cpu", dtype="float32", draft_quant=args.draft_quant)
     m = load_models(ns, need_draft=not args.no_spec, progress=False)
+    m.head = None if args.no_spec or args.no_ours or args.no_head else head_for(args.head, m.target)
+    if m.head is None and not (args.no_spec or args.no_ours or args.no_head):
+        print("# no draft head for this target in the cache (project/train_draft_head.py makes one): no ours_spec_head run")
     warm_up(m)
     tok = m.tokenizer
     cfg = SamplingConfig()
@@ -468,10 +479,14 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_spec:
             fn(lambda: speculative_generate(m.target, m.make_drafter("model"), [0, 1, 2], 6, cfg, m.stop_ids,
                                             gamma=args.gamma, vocab_size=m.vocab_size))
+        if m.head is not None:
+            fn(lambda: speculative_generate(m.target, m.make_drafter("head"), [0, 1, 2], 6, cfg, m.stop_ids,
+                                            gamma=args.head_gamma, vocab_size=m.vocab_size))
     load0 = os.getloadavg()[0]
     bw0 = roofline.stream_bandwidth(threads=args.threads)
     print(f"# llama.cpp {bin_dir} {' '.join(extra)}; {len(questions)} questions x {args.max_new_tokens} tokens, greedy, "
-          f"{args.threads} threads, gamma {args.gamma}; loadavg {load0:.2f}; read bandwidth {bw0['read']:.2f} GB/s",
+          f"{args.threads} threads, gamma {args.gamma}" + (f" (head {args.head_gamma})" if m.head is not None else "")
+          + f"; loadavg {load0:.2f}; read bandwidth {bw0['read']:.2f} GB/s",
           flush=True)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -500,6 +515,10 @@ def run(args: argparse.Namespace) -> int:
                         runs.append(("ours_spec_int8", lambda: int8(lambda: ours(speculative_generate(
                             m.target, m.make_drafter("model"), ids, args.max_new_tokens, cfg, m.stop_ids,
                             gamma=args.gamma, vocab_size=m.vocab_size), tok))))
+                    if m.head is not None:
+                        runs.append(("ours_spec_head", lambda: ours(speculative_generate(
+                            m.target, m.make_drafter("head"), ids, args.max_new_tokens, cfg, m.stop_ids,
+                            gamma=args.head_gamma, vocab_size=m.vocab_size), tok)))
             texts: dict[str, str] = {}
             for name, fn in runs:
                 try:
@@ -528,10 +547,10 @@ def run(args: argparse.Namespace) -> int:
         agg[name] = sum(r["decode_tokens"] for r in mine) / sum(r["decode_s"] for r in mine)
         print(f"{name:<16} {agg[name]:7.2f} tok/s")
     if "llama_target" in agg:
-        for name in ("ours_target", "ours_target_int8", "llama_spec", "ours_spec", "ours_spec_int8"):
+        for name in ("ours_target", "ours_target_int8", "llama_spec", "ours_spec", "ours_spec_int8", "ours_spec_head"):
             if name in agg:
                 print(f"{name} / llama_target: {agg[name] / agg['llama_target']:.3f}")
-    for spec, base in (("ours_spec", "ours_target"), ("ours_spec_int8", "ours_target_int8")):
+    for spec, base in SPEC_BASES:
         if spec in agg and base in agg:
             print(f"{spec} / {base}: {agg[spec] / agg[base]:.3f}")
     print_limits(rows, agg, bw0, bw1, args.threads, args.gamma, target_file, m.target)
@@ -568,13 +587,13 @@ def print_limits(rows: list[dict[str, Any]], agg: dict[str, float], bw0: dict[st
     print(f"{'run':<16} {'tok/s':>7} {'context':>7} {'MB/token':>8} {'GB/s':>6} {'share':>6}")
     for name, tps in agg.items():
         side = "llama" if name.startswith("llama") else "ours"
-        base = name.replace("_spec", "_target") if "spec" in name else name
+        base = dict(SPEC_BASES, llama_spec="llama_target").get(name, name)
         ctx = context(name)
         bpt = per_token(side, ctx)
         note = f"  (priced at {base}'s bytes per token)" if "spec" in name else ""
         print(f"{name:<16} {tps:7.2f} {ctx:7.0f} {bpt / 1e6:8.1f} {tps * bpt / 1e9:6.2f} "
               f"{roofline.share(tps, bpt, bw):6.3f}{note}")
-    for spec, base in (("ours_spec", "ours_target"), ("ours_spec_int8", "ours_target_int8")):
+    for spec, base in SPEC_BASES:
         mine, plain = [r for r in rows if r["run"] == spec], [r for r in rows if r["run"] == base]
         if not mine or not sum(r.get("verifies", 0) for r in mine):
             continue
@@ -584,6 +603,20 @@ def print_limits(rows: list[dict[str, Any]], agg: dict[str, float], bw0: dict[st
                 f"{base} steps") if plain and sum(r.get("verifies", 0) for r in plain) else ""
         print(f"{spec} verify: {t_verify * 1e3:.1f} ms per pass{step}; {bpt / t_verify / 1e9:.2f} GB/s, share "
               f"{roofline.share(1 / t_verify, bpt, bw):.3f}")
+
+
+SPEC_BASES = (("ours_spec", "ours_target"), ("ours_spec_int8", "ours_target_int8"), ("ours_spec_head", "ours_target"))
+
+
+def head_for(folder: Any, target: Any) -> Any:
+    """The draft head for `target` from `folder` (None: the cache's head for it, if one is saved there; else None),
+    as the CPU engine drafts with it: its packed() copy next to a packed target (cli_common.load_models)."""
+    from cli_common import default_head_dir, load_head_for
+
+    if folder is None and not (default_head_dir(target) / "head.safetensors").is_file():
+        return None
+    head = load_head_for(argparse.Namespace(head=folder), target)
+    return head.packed() if target.packed_weights() else head
 
 
 def int8(fn: Any) -> dict[str, Any]:
