@@ -31,6 +31,9 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "l1": [(_PF, _PF.replace("ir.Constant(_I32, 2)", "ir.Constant(_I32, 3)"))],  # prefetch into L1 (before)
     "nta": [(_PF, _PF.replace("ir.Constant(_I32, 2)", "ir.Constant(_I32, 0)"))],  # non-temporal prefetch
     "none": [(_PF, "pass")],  # no software prefetch
+    "span128": [("SPAN = 256", "SPAN = 128")],  # inputs per tile-kernel call
+    "span512": [("SPAN = 256", "SPAN = 512")],
+    "span1024": [("SPAN = 256", "SPAN = 1024")],
 }
 
 
