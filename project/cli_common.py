@@ -141,7 +141,7 @@ def default_draft_extend(args: argparse.Namespace) -> int:
     """--draft-extend's default: GPU_DEFAULT_EXTEND's on the CUDA-graph path with a draft model whose verify
     runs on tensor cores (not --gpu-gemv ours: there 8 rows cost 1.05x vs 1.45x), with a fixed gamma; 0
     elsewhere."""
-    gpu = graph_decoders(args) and getattr(args, "drafter", "model") == "model"
+    gpu = graph_decoders(args) and getattr(args, "drafter", "model") in ("model", "auto")
     plain = getattr(args, "gpu_gemv", "auto") != "ours" and not getattr(args, "adaptive_gamma", False)
     return GPU_DEFAULT_EXTEND[1] if gpu and plain else 0
 
@@ -149,8 +149,6 @@ def default_draft_extend(args: argparse.Namespace) -> int:
 def check_spec_args(args: argparse.Namespace) -> None:
     """Refuse bad --gamma / --max-new-tokens before anything is loaded; fill in the defaults of --gamma and
     --draft-extend (default_draft_extend), so every later reader sees the values the run uses."""
-    if getattr(args, "drafter", "model") == "auto" and args.backend != "cpu":
-        args.drafter = "model"  # --drafter auto: the draft model on the GPU (a head is the CPU's default only)
     args.gamma_given = args.gamma is not None  # resolve_drafter sets the head's gamma only when none was given
     if getattr(args, "draft_extend", 0) is None:
         args.draft_extend = default_draft_extend(args)
@@ -167,9 +165,7 @@ def check_spec_args(args: argparse.Namespace) -> None:
     extend = getattr(args, "draft_extend", 0)
     if extend < 0:
         raise UserError(f"--draft-extend must be >= 0, got {extend}")
-    if (extend or getattr(args, "draft_vocab", 0)) and getattr(args, "drafter", "model") == "auto":
-        args.drafter = "model"  # flags of the draft model's: auto means the draft model
-    if extend and getattr(args, "drafter", "model") != "model":
+    if extend and getattr(args, "drafter", "model") not in ("model", "auto"):
         raise UserError("--draft-extend continues a draft model's tokens: it needs --drafter model")
 
     if args.backend != "cuda" and args.dtype == "bfloat16":
@@ -293,11 +289,7 @@ def load_models(args: argparse.Namespace, need_draft: bool | None = None, progre
         vocab = min(vocab, int(draft.config.vocab_size), int(draft_tok.vocab_size))
     if mode is not None:
         set_cpu_activations(mode, backend, [m for m in (target, draft) if m is not None])
-    head = load_head_for(args, target) if getattr(args, "drafter", "model") == "head" else None
-    if head is not None and target.packed_weights():
-        # next to a packed target (GGUF on the CPU) the head drafts as its packed() copy: int8 codes, its step one
-        # call of the CPU's one-call forward; a drafter's weights change how many drafts are accepted, not the output
-        head = head.packed()
+    head = cpu_head(getattr(args, "head", None), target) if getattr(args, "drafter", "model") == "head" else None
     return Models(target=target, draft=draft, tokenizer=tok, vocab_size=vocab,
                   stop_ids=set(tok.stop_token_ids), load_seconds=time.perf_counter() - t0,
                   draft_vocab=getattr(args, "draft_vocab", 0), draft_extend=getattr(args, "draft_extend", 0),
@@ -325,21 +317,36 @@ def default_head_dir(target: Any) -> Any:
     return cache_root() / "heads" / target_fingerprint(target)
 
 
+def cached_head(target: Any) -> Any:
+    """The folder of the cache's head for this target (default_head_dir), or None when none is saved there."""
+    folder = default_head_dir(target)
+    return folder if (folder / "head.safetensors").is_file() else None
+
+
 def resolve_drafter(args: argparse.Namespace, target: Any) -> None:
-    """--drafter auto on the CPU, once the target is loaded: "head" when --head is given, or when the cache holds a
-    head for this target (default_head_dir) and no other --draft was asked for; its gamma HEAD_CPU_GAMMA unless
-    --gamma was given. Else "model". A fresh clone has no head, so it drafts with the 0.5B."""
+    """--drafter auto, the one place it is decided (load_models calls it; load_gpu_decoders with target None). On the
+    CPU "head" when --head is given, or when the cache holds a head for this target (cached_head) and no flag of the
+    draft model's (--draft other than the default, --draft-extend, --draft-vocab) was given; its gamma HEAD_CPU_GAMMA
+    unless --gamma was given. Else, and always on the GPU, "model". A fresh clone has no head: the 0.5B drafts."""
     if getattr(args, "drafter", "model") != "auto":
         return
-    explicit_draft = str(getattr(args, "draft", DEFAULT_DRAFT)) != DEFAULT_DRAFT
-    head = getattr(args, "head", None) is not None or (
-        not explicit_draft and (default_head_dir(target) / "head.safetensors").is_file())
-    args.drafter = "head" if head else "model"
-    if head and not getattr(args, "gamma_given", True):
-        args.gamma = HEAD_CPU_GAMMA
-    if head:
-        print(f"[--drafter auto: the draft head in {getattr(args, 'head', None) or default_head_dir(target)}, gamma "
-              f"{args.gamma}; --drafter model drafts with {DEFAULT_DRAFT}]", file=sys.stderr)
+    model_flags = (str(getattr(args, "draft", DEFAULT_DRAFT)) != DEFAULT_DRAFT or getattr(args, "draft_extend", 0)
+                   or getattr(args, "draft_vocab", 0))
+    folder = None if target is None or model_flags else getattr(args, "head", None) or cached_head(target)
+    args.drafter = "model" if folder is None else "head"
+    if folder is not None:
+        if not getattr(args, "gamma_given", True):
+            args.gamma = HEAD_CPU_GAMMA
+        print(f"[--drafter auto: the draft head in {folder}, gamma {args.gamma}; --drafter model drafts with "
+              f"{DEFAULT_DRAFT}]", file=sys.stderr)
+
+
+def cpu_head(folder: Any, target: Any) -> Any:
+    """The head in `folder` (None: the cache's) as the CPU engine drafts with it: next to a packed target (GGUF on the
+    CPU) its packed() copy, int8 codes, each draft step one call of the CPU's one-call forward (a drafter's weights
+    change how many drafts are accepted, not the output)."""
+    head = load_head_for(argparse.Namespace(head=folder), target)
+    return head.packed() if target.packed_weights() else head
 
 
 def load_head_for(args: argparse.Namespace, target: Any) -> Any:
@@ -373,8 +380,7 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
     from minitorch.models import check_compatible, load_model
 
     require_gpu()
-    if getattr(args, "drafter", "model") == "auto":
-        args.drafter = "model"
+    resolve_drafter(args, None)  # --drafter auto: the draft model here
     from minitorch.cuda.decoder import CudaDecoder, int8_unsupported, weights_from_model
 
     t0 = time.perf_counter()

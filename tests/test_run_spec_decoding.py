@@ -40,8 +40,7 @@ def fake_models(monkeypatch):
     draft = FakeModel(V, seed=2, like=target, noise=0.1)
 
     def load(args, need_draft=None, progress=True):
-        if args.drafter == "auto":  # as load_models resolves it for a target with no head in the cache
-            args.drafter = "model"
+        cli_common.resolve_drafter(args, None)  # as load_models does (no target here: auto is the draft model)
         with_draft = need_draft if need_draft is not None else args.drafter == "model"
         return cli_common.Models(target=target, draft=draft if with_draft else None,
                                  tokenizer=FakeTokenizer(), vocab_size=V, stop_ids={0}, load_seconds=0.0,

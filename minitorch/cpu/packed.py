@@ -189,9 +189,11 @@ def _tile_codegen(act: str, bits: int):
             # into L2, not L1 (locality 2: prefetcht1). A prefetch into L1 holds one of the core's ~16 L1 fill
             # buffers until its line arrives, which capped the lines in flight per core; into L2 the L2's own,
             # larger miss queue tracks them. Against locality 3 (Sapphire Rapids VM box, 2 threads, the real
-            # 1.5B's gate, down and LM head products, `python tools/cpu_kernel_ab.py --variants base,l1`):
-            # int8 activations 1 row 1.10-1.18x, 5 rows 1.04-1.18x; float32 1 row 1.07-1.20x, 5 rows
-            # 1.03-1.15x; locality 1, half or twice the distance within 5%; none 0.66-0.93x; non-temporal 0.4-0.5x
+            # 1.5B's gate, down and LM head products, `python tools/cpu_kernel_ab.py --variants base,l1,none,nta
+            # --mode int8|float32`, 20:53 UTC 2026-12-03): int8 activations 1 row 1.14-1.19x, 5 rows 1.06-1.17x;
+            # float32 1 row 1.08-1.15x, 5 rows 1.01-1.15x. Without a prefetch the products ran at 0.60-0.83 of this
+            # speed, non-temporal at 0.34-0.45; locality 1 and half or twice the distance were within 5% (scratch
+            # copies, not in the tool)
             addr = builder.bitcast(builder.gep(base, [off]), ir.IntType(8).as_pointer())
             builder.call(pf, [addr, ir.Constant(_I32, 0), ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
 

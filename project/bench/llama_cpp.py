@@ -468,9 +468,11 @@ def run(args: argparse.Namespace) -> int:
     ns = argparse.Namespace(target=str(target_file), draft=str(draft_file or args.draft), drafter="model",
                             backend="cpu", dtype="float32", draft_quant=args.draft_quant)
     m = load_models(ns, need_draft=not args.no_spec, progress=False)
-    m.head = None if args.no_spec or args.no_ours or args.no_head else head_for(args.head, m.target)
-    if m.head is None and not (args.no_spec or args.no_ours or args.no_head):
-        print("# no draft head for this target in the cache (project/train_draft_head.py makes one): no ours_spec_head run")
+    if not (args.no_spec or args.no_ours or args.no_head):
+        m.head = head_for(args.head, m.target)
+        if m.head is None:
+            print("# no draft head for this target in the cache (project/train_draft_head.py makes one): "
+                  "no ours_spec_head run")
     warm_up(m)
     tok = m.tokenizer
     cfg = SamplingConfig()
@@ -609,14 +611,12 @@ SPEC_BASES = (("ours_spec", "ours_target"), ("ours_spec_int8", "ours_target_int8
 
 
 def head_for(folder: Any, target: Any) -> Any:
-    """The draft head for `target` from `folder` (None: the cache's head for it, if one is saved there; else None),
-    as the CPU engine drafts with it: its packed() copy next to a packed target (cli_common.load_models)."""
-    from cli_common import default_head_dir, load_head_for
+    """The draft head for `target` from `folder` (None: the cache's head for it, if one is saved there; else None), as
+    the CPU engine drafts with it (cli_common.cpu_head)."""
+    from cli_common import cached_head, cpu_head
 
-    if folder is None and not (default_head_dir(target) / "head.safetensors").is_file():
-        return None
-    head = load_head_for(argparse.Namespace(head=folder), target)
-    return head.packed() if target.packed_weights() else head
+    folder = folder or cached_head(target)
+    return None if folder is None else cpu_head(folder, target)
 
 
 def int8(fn: Any) -> dict[str, Any]:
