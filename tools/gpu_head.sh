@@ -7,7 +7,11 @@
 #   bash tools/gpu_head.sh selfmath N  the target writes N MATH-style problems (project/write_problems.py problems,
 #                                    sampled, ${PROB_LIMIT:-150} s at most) and answers them (answers, greedy, up to 512
 #                                    new tokens, ${ANS_LIMIT:-330} s at most), in PAR processes at once (N each), kept
-#                                    in /root/gen for the next call and copied to $OUT (commit them under data/selfmath/)
+#                                    in /root/gen for the next call and copied to $OUT (commit them under data/selfmath/);
+#                                    ANS_ARGS: more flags for the answers (e.g. "--drafter head --head /root/head0 --gamma 4":
+#                                    the same greedy text, drafted by an earlier head); GPUS="0 1" spreads the shards
+#                                    over those GPUs (shard k on GPU k mod their number); GEN_DIR (default /root/gen)
+#                                    keeps a run's files apart, e.g. one writing the next round's text beside `train`
 #   bash tools/gpu_head.sh train     train a head with --backend cuda on GSM8K train (+ /root/gen's answers) for
 #                                    TRAIN_LIMIT s (default 420; --ttt-steps ${TTT:-3}), then (EVAL_N > 0, default 5)
 #                                    its acceptance on GSM8K test first EVAL_N (CPU engine on the CUDA backend, float32)
@@ -20,14 +24,16 @@
 #                                    identical texts. The head: $HEAD_DIR, else /root/head from an earlier `train` call
 #                                    on this machine, else one trained here first (TRAIN_LIMIT, default 200 s);
 #                                    KINDS="head" benches the head alone; SETS="gsm8k math500" (default gsm8k)
-#                                    names the sets (MATH-500 through benchmark_limo.py, first BENCH_N too)
-set -u  # (the help above: lines 2-23)
+#                                    names the sets (MATH-500 through benchmark_limo.py, first BENCH_N too); files are
+#                                    named by set, kind and gamma, so one call can bench several gammas
+set -u  # (the help above: lines 2-28)
 OUT="${OUT:-/tmp/gpu}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MINITORCH_SPEC_CACHE=/root/cache
 T0=$(date +%s)
 log() { echo "=== $(date -u +%H:%M:%S) t=$(( $(date +%s) - T0 ))s $*"; }
-[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  .whl/*.whl && export PYTHONPATH=/tmp/site
+# the carried wheels, once a machine (two of these scripts at once share the one install)
+[ -d .whl ] && { [ -f /tmp/site/.done ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+  --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.done; }; } && export PYTHONPATH=/tmp/site
 [ -f minitorch/cuda_kernels/gemv.fatbin ] || { log build; ./compile_cuda.sh > "$OUT/build.log" 2>&1; echo "build rc=$?"; }
 # train_head DIR SECONDS: train_draft_head.py on --backend cuda into DIR for SECONDS, on GSM8K train, the committed
 # answers the target wrote and this machine's from a `gen`/`selfmath` call (a `selfmath` after the committed ones
@@ -53,26 +59,27 @@ gen)
   ;;
 selfmath)
   # PAR shards (default 1) run at once on the one GPU, shard k on items START+k*N.. (its own seeds), each writing
-  # problems then answers to /root/gen/{problems,answers}_k.jsonl: batch-1 decoding leaves the GPU idle between
+  # problems then answers to $G_DIR/{problems,answers}_k.jsonl: batch-1 decoding leaves the GPU idle between
   # launches and each program's GGUF dequantizing (~30 s) runs on its own CPU core
-  N="${2:-600}"; P="${PAR:-1}"; mkdir -p /root/gen
+  N="${2:-600}"; P="${PAR:-1}"; G_DIR="${GEN_DIR:-/root/gen}"; mkdir -p "$G_DIR"; read -r -a GPU_LIST <<< "${GPUS:-}"
   log "selfmath: $P shard(s) of $N problems from ${START:-0}"
   for k in $(seq 0 $((P - 1))); do
     (
+      [ ${#GPU_LIST[@]} -gt 0 ] && export CUDA_VISIBLE_DEVICES=${GPU_LIST[$((k % ${#GPU_LIST[@]}))]}
       timeout "${PROB_LIMIT:-150}" python3 project/write_problems.py problems --n "$N" --start $(( ${START:-0} + k * N )) \
-        --backend cuda --no-progress -o /root/gen/problems_$k.jsonl \
-        $( [ -f /root/gen/problems_$k.jsonl ] && echo --resume ) > "$OUT/shard_$k.log" 2>&1
+        --backend cuda --no-progress -o $G_DIR/problems_$k.jsonl \
+        $( [ -f $G_DIR/problems_$k.jsonl ] && echo --resume ) > "$OUT/shard_$k.log" 2>&1
       echo "shard $k problems rc=$?"
-      timeout "${ANS_LIMIT:-330}" python3 project/write_problems.py answers /root/gen/problems_$k.jsonl --backend cuda \
-        --no-progress -o /root/gen/answers_$k.jsonl \
-        $( [ -f /root/gen/answers_$k.jsonl ] && echo --resume ) >> "$OUT/shard_$k.log" 2>&1
+      timeout "${ANS_LIMIT:-330}" python3 project/write_problems.py answers $G_DIR/problems_$k.jsonl --backend cuda \
+        --no-progress -o $G_DIR/answers_$k.jsonl ${ANS_ARGS:-} \
+        $( [ -f $G_DIR/answers_$k.jsonl ] && echo --resume ) >> "$OUT/shard_$k.log" 2>&1
       echo "shard $k answers rc=$?"
     ) &
   done
   wait
   for k in $(seq 0 $((P - 1))); do tail -n 4 "$OUT/shard_$k.log"; done
-  wc -l /root/gen/problems_*.jsonl /root/gen/answers_*.jsonl
-  cat /root/gen/problems_*.jsonl > "$OUT/problems.jsonl"; cat /root/gen/answers_*.jsonl > "$OUT/answers.jsonl"
+  wc -l $G_DIR/problems_*.jsonl $G_DIR/answers_*.jsonl
+  cat $G_DIR/problems_*.jsonl > "$OUT/problems.jsonl"; cat $G_DIR/answers_*.jsonl > "$OUT/answers.jsonl"
   ;;
 train)
   train_head /root/head "${TRAIN_LIMIT:-420}" 2>&1 | tee "$OUT/train.log" | tail -25
@@ -110,13 +117,13 @@ bench)
       EXTRA=(); [ "$kind" = head ] && EXTRA=(--head "$HEAD")
       PROG=(project/benchmark_gsm8k.py); [ "$set" = gsm8k ] || PROG=(project/benchmark_limo.py --dataset "$set")
       timeout "${BENCH_LIMIT:-170}" python3 "${PROG[@]}" --limit "${BENCH_N:-20}" --backend cuda \
-        --drafter "$kind" "${EXTRA[@]}" --gamma "$G" --no-plots --no-progress -o "$OUT/${set}_$kind.jsonl" \
-        > "$OUT/bench_${set}_$kind.log" 2>&1; echo "bench $set $kind rc=$?"
-      tail -16 "$OUT/bench_${set}_$kind.log"
+        --drafter "$kind" "${EXTRA[@]}" --gamma "$G" --no-plots --no-progress -o "$OUT/${set}_${kind}_g$G.jsonl" \
+        > "$OUT/bench_${set}_${kind}_g$G.log" 2>&1; echo "bench $set $kind rc=$?"
+      tail -16 "$OUT/bench_${set}_${kind}_g$G.log"
     done
   done
   for set in ${SETS:-gsm8k}; do
-    python3 - "$OUT/${set}_head.jsonl" "$OUT/${set}_model.jsonl" <<'PY' || true
+    python3 - "$OUT/${set}_head_g$G.jsonl" "$OUT/${set}_model_g$G.jsonl" <<'PY' || true
 import json, sys
 def texts(p):
     try:
@@ -130,8 +137,8 @@ print(f"{sys.argv[1]}: texts identical between the head and the 0.5B runs: {len(
 PY
   done
   # at most 8 files come back from the GPU machine: the texts and summaries travel as one archive
-  (cd "$OUT" && tar czf bench.tgz *.jsonl *.summary.json 2>/dev/null && rm -f *.jsonl *.summary.json)
+  (cd "$OUT" && shopt -s nullglob && f=(*.jsonl *.summary.json) && [ ${#f[@]} -gt 0 ] && tar czf bench_g$G.tgz "${f[@]}" && rm -f "${f[@]}")
   ;;
-*) sed -n '2,23p' "$0"; exit 2;;
+*) sed -n '2,28p' "$0"; exit 2;;
 esac
 log done
