@@ -75,6 +75,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     o = p.add_argument_group("output")
     o.add_argument("--output", default=None, help="folder for the head (default: the cache's heads/<target fingerprint>)")
     o.add_argument("--resume", action="store_true", help="continue the checkpoint in --output")
+    o.add_argument("--features", default=None, metavar="DIR",
+                   help="folder for the target's features (default OUTPUT/features); a folder an earlier run filled "
+                   "is reused where the target and the sequences are the same (else extracted afresh), e.g. to go on "
+                   "with --init into a new --output without paying for the features again")
     o.add_argument("--init", default=None, metavar="DIR",
                    help="start from a saved head for this target (its weights and shapes; a fresh optimizer and "
                    "schedule), e.g. to go on training it on more data; head.json records it")
@@ -161,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     held = held_main + held_gen
     t0 = time.perf_counter()
     seqs = held + train  # held-out first: a time-limited extraction always has them
-    store = FeatureStore(out / "features", seqs, target.config.hidden_size, fp)
+    store = FeatureStore(Path(args.features) if args.features else out / "features", seqs, target.config.hidden_size, fp)
     store.extract(target, progress=not args.quiet, time_limit=args.time_limit / 2 if args.time_limit else None)
     t_feat = time.perf_counter() - t0
     if store.done < len(seqs):

@@ -313,6 +313,29 @@ def test_init_starts_from_a_saved_head_and_records_it(setup, trained):
     assert training["init"]["from"] == str(src) and training["init"]["training"]["steps"] > 1
 
 
+def test_features_of_an_earlier_run_are_reused_where_the_data_match(setup, monkeypatch):
+    """--features DIR: a second run into another --output finds every sequence's features done in DIR and extracts
+    none; a run with other sequences (another held-out split) starts DIR afresh rather than train on stale rows."""
+    from training.features import FeatureStore
+
+    root = setup[2]
+    feat = root / "shared_features"
+    done_at_start = []
+    extract = FeatureStore.extract
+
+    def spy(self, *a, **k):
+        done_at_start.append((self.done, len(self.seqs)))
+        return extract(self, *a, **k)
+
+    monkeypatch.setattr(FeatureStore, "extract", spy)
+    _train(root, "feat1", "--features", str(feat), "--max-steps", "1")
+    _train(root, "feat2", "--features", str(feat), "--max-steps", "1")
+    _train(root, "feat3", "--features", str(feat), "--max-steps", "1", "--heldout", str(HELDOUT - 1))
+    (d1, n1), (d2, n2), (d3, n3) = done_at_start
+    assert d1 == 0 and d2 == n2 == n1 and d3 == 0
+    assert not (root / "feat2" / "features").exists()
+
+
 def test_init_with_another_targets_head_is_one_line_exit_2(setup, trained, tmp_path, capsys):
     model, tok, root, rows = setup
     other = tmp_path / "other"

@@ -37,7 +37,9 @@ log() { echo "=== $(date -u +%H:%M:%S) t=$(( $(date +%s) - T0 ))s $*"; }
 [ -f minitorch/cuda_kernels/gemv.fatbin ] || { log build; ./compile_cuda.sh > "$OUT/build.log" 2>&1; echo "build rc=$?"; }
 # train_head DIR SECONDS: train_draft_head.py on --backend cuda into DIR for SECONDS, on GSM8K train, the committed
 # answers the target wrote and this machine's from a `gen`/`selfmath` call (a `selfmath` after the committed ones
-# needs START past their last item, or it writes the same problems again); INIT=DIR starts from that head
+# needs START past their last item, or it writes the same problems again); INIT=DIR starts from that head; the
+# target's features stay in /root/features, so a second call on the same data (INIT=/root/head_a after
+# `mv /root/head /root/head_a`) trains for its whole TRAIN_LIMIT instead of extracting them again
 train_head() {
   local GEN=(--generated data/gsm8k/generated/*.jsonl $(ls data/selfmath/answers*.jsonl /root/gen/*gen.jsonl \
     /root/gen/answers*.jsonl 2>/dev/null)) INIT_ARGS=()
@@ -45,7 +47,7 @@ train_head() {
   log "train ${GEN[*]} ${INIT_ARGS[*]}"
   python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" "${INIT_ARGS[@]}" \
     --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
-    --ttt-steps "${TTT:-3}" --time-limit "$2" --output "$1" --quiet
+    --ttt-steps "${TTT:-3}" --time-limit "$2" --output "$1" --features /root/features --quiet
 }
 case "${1:-}" in
 gen)
