@@ -68,3 +68,27 @@ def test_the_gzipped_train_split_reads_as_its_source_with_the_same_problem_ids()
     assert problems[120].id == "train-120" and problems[120].question == rows[120]["question"]
     gen = json.loads((DATA / "gsm8k" / "generated" / "train_120-852_coder1.5b_greedy.jsonl").read_text().splitlines()[0])
     assert gen["id"] == "train-120"
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def test_the_self_written_training_text_holds_no_evaluation_question_and_none_twice():
+    """data/selfmath's problems and answers (training text the target wrote) against the evaluation files read
+    directly: no question of GSM8K test, MATH-500, AIME or AMC (whitespace and case folded), every answer's question
+    one of its round's usable problems, and no question answered twice across the files (the rounds' READMEs say
+    repeats were dropped)."""
+    evaluation = set()
+    for f in [DATA / "gsm8k" / "test.jsonl", *sorted((DATA / "limo" / "eval").glob("*.jsonl"))]:
+        for line in f.read_text().splitlines():
+            row = json.loads(line)
+            evaluation.add(_fold(row.get("question") or row.get("problem")))
+    assert len(evaluation) > 1800  # GSM8K test's 1,319 and MATH-500's 500 at least
+    problems = {_fold(json.loads(line)["question"]) for f in (DATA / "selfmath").glob("problems*.jsonl")
+                for line in f.read_text().splitlines() if json.loads(line)["question"]}
+    answered = [_fold(json.loads(line)["question"]) for f in sorted((DATA / "selfmath").glob("answers*.jsonl"))
+                for line in f.read_text().splitlines()]
+    assert len(answered) > 3000 and len(set(answered)) == len(answered)
+    assert set(answered) <= problems
+    assert not problems & evaluation, sorted(problems & evaluation)[:3]
