@@ -106,7 +106,7 @@ tests)
   ;;
 bench)
   G="${2:-4}"; HEAD="${HEAD_DIR:-/root/head}"
-  if [ ! -f "$HEAD/head.safetensors" ]; then
+  if [[ " ${KINDS:-head model} " == *" head "* ]] && [ ! -f "$HEAD/head.safetensors" ]; then  # KINDS=model needs none
     log "no head in $HEAD: training one (${TRAIN_LIMIT:-200} s)"
     train_head "$HEAD" "${TRAIN_LIMIT:-200}" > "$OUT/train.log" 2>&1
     echo "train rc=$?"
