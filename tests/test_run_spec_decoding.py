@@ -360,6 +360,51 @@ def test_load_models_sets_the_mode_only_when_asked(monkeypatch, flag, want):
     assert [w.activations for w in weights] == [want, want]
 
 
+@pytest.mark.parametrize("backend, supported, want", [("cpu", True, "int8"), ("cpu", False, "float32"),
+                                                       ("cuda", True, "float32")])
+def test_auto_activations_are_int8_on_a_cpu_with_the_instructions(monkeypatch, backend, supported, want):
+    """--cpu-activations auto (the default): int8 on a CPU with AVX2 or AVX512-VNNI, else float32, and float32 on
+    the GPU; the namespace then says what ran; int8 asked for on the GPU is refused."""
+    import argparse
+
+    from minitorch.cpu import packed as fast_packed
+
+    monkeypatch.setattr(fast_packed, "int8_supported", lambda: supported)
+    ns = argparse.Namespace(backend=backend, cpu_activations="auto")
+    assert cli_common.resolve_cpu_activations(ns) == want and ns.cpu_activations == want
+    assert cli_common.resolve_cpu_activations(argparse.Namespace(backend="cpu")) is None
+    with pytest.raises(cli_common.UserError, match="for --backend cpu"):
+        cli_common.resolve_cpu_activations(argparse.Namespace(backend="cuda", cpu_activations="int8"))
+
+
+def test_the_default_activations_reach_the_models(monkeypatch):
+    """No --cpu-activations flag on the command line: the parsed default (auto) reaches the loaded models as the
+    mode it resolved to."""
+    import argparse
+    from types import SimpleNamespace
+
+    import minitorch.models as models
+    from minitorch.cpu import packed as fast_packed
+
+    monkeypatch.setattr(fast_packed, "int8_supported", lambda: True)
+    weights = []
+
+    def fake_load(name, **kwargs):
+        ws = [SimpleNamespace(activations=None)]
+        weights.extend(ws)
+        return (SimpleNamespace(packed_weights=lambda: ws, config=SimpleNamespace(vocab_size=10)),
+                SimpleNamespace(vocab_size=10, stop_token_ids=[0]))
+
+    monkeypatch.setattr(models, "load_model", fake_load)
+    monkeypatch.setattr(models, "check_compatible", lambda a, b: None)
+    p = argparse.ArgumentParser()
+    cli_common.add_model_args(p)
+    ns = p.parse_args([])
+    ns.drafter, ns.backend, ns.dtype, ns.draft_quant = "model", "cpu", "float32", "file"
+    cli_common.load_models(ns, need_draft=True, progress=False)
+    assert [w.activations for w in weights] == ["int8", "int8"]
+
+
 def test_cpu_activations_sets_the_models_own_mode():
     """--cpu-activations reaches the loaded models' packed weights (set_weight_activations), not the process-wide
     mode that in-process callers and other models use; the check alone (no models) changes nothing."""
