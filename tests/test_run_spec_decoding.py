@@ -334,11 +334,9 @@ def test_gamma_and_draft_extend_defaults(flags, want):
     assert (args.gamma, args.draft_extend) == want
 
 
-@pytest.mark.parametrize("flag, want", [(None, None), ("float32", "float32")])
-def test_load_models_sets_the_mode_only_when_asked(monkeypatch, flag, want):
-    """A caller whose namespace has no cpu_activations (project/bench/llama_cpp.py, which switches the process-wide
-    mode for its int8 runs) gets models that follow the process's mode; a program's flag gives them their own."""
-    import argparse
+def _fake_packed_loads(monkeypatch) -> list:
+    """load_model / check_compatible faked for load_models: each load gives a model of one packed weight, every such
+    weight is appended to the list returned, so a test sees the activation mode each model was given."""
     from types import SimpleNamespace
 
     import minitorch.models as models
@@ -353,6 +351,17 @@ def test_load_models_sets_the_mode_only_when_asked(monkeypatch, flag, want):
 
     monkeypatch.setattr(models, "load_model", fake_load)
     monkeypatch.setattr(models, "check_compatible", lambda a, b: None)
+    return weights
+
+
+@pytest.mark.parametrize("flag, want", [(None, None), ("float32", "float32")])
+def test_load_models_sets_the_mode_only_when_asked(monkeypatch, flag, want):
+    """A caller whose namespace has no cpu_activations (project/bench/llama_cpp.py, which switches the process-wide
+    mode for its int8 runs) gets models that follow the process's mode; a program's flag gives them their own."""
+    import argparse
+    from types import SimpleNamespace
+
+    weights = _fake_packed_loads(monkeypatch)
     ns = argparse.Namespace(target="t", draft="d", drafter="model", backend="cpu", dtype="float32", draft_quant="file")
     if flag is not None:
         ns.cpu_activations = flag
@@ -383,20 +392,10 @@ def test_the_default_activations_reach_the_models(monkeypatch):
     import argparse
     from types import SimpleNamespace
 
-    import minitorch.models as models
     from minitorch.cpu import packed as fast_packed
 
     monkeypatch.setattr(fast_packed, "int8_supported", lambda: True)
-    weights = []
-
-    def fake_load(name, **kwargs):
-        ws = [SimpleNamespace(activations=None)]
-        weights.extend(ws)
-        return (SimpleNamespace(packed_weights=lambda: ws, config=SimpleNamespace(vocab_size=10)),
-                SimpleNamespace(vocab_size=10, stop_token_ids=[0]))
-
-    monkeypatch.setattr(models, "load_model", fake_load)
-    monkeypatch.setattr(models, "check_compatible", lambda a, b: None)
+    weights = _fake_packed_loads(monkeypatch)
     p = argparse.ArgumentParser()
     cli_common.add_model_args(p)
     ns = p.parse_args([])
