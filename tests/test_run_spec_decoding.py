@@ -359,7 +359,6 @@ def test_load_models_sets_the_mode_only_when_asked(monkeypatch, flag, want):
     """A caller whose namespace has no cpu_activations (project/bench/llama_cpp.py, which switches the process-wide
     mode for its int8 runs) gets models that follow the process's mode; a program's flag gives them their own."""
     import argparse
-    from types import SimpleNamespace
 
     weights = _fake_packed_loads(monkeypatch)
     ns = argparse.Namespace(target="t", draft="d", drafter="model", backend="cpu", dtype="float32", draft_quant="file")
@@ -390,7 +389,6 @@ def test_the_default_activations_reach_the_models(monkeypatch):
     """No --cpu-activations flag on the command line: the parsed default (auto) reaches the loaded models as the
     mode it resolved to."""
     import argparse
-    from types import SimpleNamespace
 
     from minitorch.cpu import packed as fast_packed
 
