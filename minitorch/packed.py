@@ -10,10 +10,12 @@ or 16 blocks); the simple types have per 1, sc 1 (d * 1 is d) and their fp16 d. 
 difference are rounded separately, in float32, exactly as the gguf library's dequantizers compute them,
 so the float32 weights rebuilt here are bit for bit the weights of the float32 model (tests check it).
 
-Codes of 0..15 (Q4_K, Q4_1) are kept as nibbles, two inputs per byte (`bits` 4); others as int8 (`bits`
-8). A Q4_K weight then reads 0.5 + 2/32 + 8/256 = 0.59 bytes (the file's Q4_K: 0.5625) and a Q6_K one
-1.08 bytes (int8 codes; the file: 0.82), where the previous form (int8 codes + float32 scale and offset
-per block) read 1.25 and 1.5. A packed model holds about a fifth of the float32 model's memory.
+Codes of 0..15 (Q4_K, Q4_1) are kept as nibbles, two inputs per byte (`bits` 4); codes of -32..31 (Q6_K,
+Q5_K, Q5_0, Q5_1, Q4_0) as 6 bits, a nibble plus 2 high bits (`bits` 6); others (Q8_0) as int8 (`bits` 8).
+A Q4_K weight then reads 0.5 + 2/32 + 8/256 = 0.59 bytes (the file's Q4_K: 0.5625) and a Q6_K one 0.75 +
+1/16 + 4/256 = 0.83 bytes (the file: 0.82; as int8 codes it read 1.08), where the previous form (int8
+codes + float32 scale and offset per block) read 1.25 and 1.5. A packed model holds about a fifth of the
+float32 model's memory.
 
 The weights are the model's own, not a new quantization: outputs differ from the float32 path only by
 summation order. Stored in tiles of TILE interleaved rows (below), minitorch/cpu/packed.py's kernel converts and
@@ -47,6 +49,12 @@ class PackedWeight:
                                     byte t (0..3) = q[., 8j + t] | q[., 8j + 4 + t] << 4
                  (one 64-byte load gives 16 rows x 8 inputs; the low nibbles of a word are 4 consecutive
                  inputs, as an int8 dot-product instruction wants them, the high nibbles the next 4)
+        bits 6:  qt[g, 3s + h, i] = 16 codes of row g * TILE + i in 3 uint32:  (G, 3 K / 16, TILE) uint32
+                                    u = q + 32 (0..63) for inputs 16s .. 16s + 15, as
+                                    h = 0, 1: the low 4 bits of u[16s + 8h ..] as bits 4 words (above)
+                                    h = 2:    byte t = sum over c (0..3) of (u[16s + 4c + t] >> 4) << 2c
+                 (the high word's bits 2c..2c+1 of each byte belong to the inputs of the 4-input group c
+                 the nibble words give, so one shift and mask per group puts them above its nibbles)
                  sc[g, b, i]      = sc[g * TILE + i, b]                         (G, K / block, TILE) int8
                  d[g, s, i]       = d[g * TILE + i, s]                          (G, K / (block * per), TILE) f32
                  m, dmin          like sc, d; with a second dimension of 0 when every offset is 0
@@ -75,7 +83,8 @@ class PackedWeight:
                     bits: Optional[int] = None) -> "PackedWeight":
         """From row-major codes q (N, K) int8, sc / m (N, K / block) int8 and d / dmin (N, K / (block * per))
         float32, as a GGUF file's blocks hold them (m, dmin None: no offsets). bits None: 4 if the codes
-        fit 0..15 and the block is a multiple of 8, else 8."""
+        fit 0..15 and the block is a multiple of 8, else 6 if they fit -32..31 and the block is a multiple
+        of 16, else 8."""
         pw = cls.__new__(cls)
         pw._from_rows(q, block, per, sc, d, m, dmin, bits)
         return pw
@@ -90,14 +99,18 @@ class PackedWeight:
             raise MiniTorchError(f"packed block {block} x {per} does not divide the {k} inputs")
         if (m is None) != (dmin is None):
             raise MiniTorchError("packed offsets need both m and dmin, or neither")
-        fits4 = block % 8 == 0 and q.size > 0 and int(q.min()) >= 0 and int(q.max()) <= 15
+        lo, hi = (int(q.min()), int(q.max())) if q.size else (0, -1)
+        fits4 = block % 8 == 0 and 0 <= lo and hi <= 15
+        fits6 = block % 16 == 0 and -32 <= lo and hi <= 31
         if bits is None:
-            bits = 4 if fits4 else 8
+            bits = 4 if fits4 else 6 if fits6 else 8
         if bits == 4 and not fits4:
             raise MiniTorchError("4-bit packing needs codes in 0..15 and a block that is a multiple of 8")
-        if bits not in (4, 8):
-            raise MiniTorchError(f"packed bits must be 4 or 8, got {bits}")
-        codes = q if bits == 8 else _nibble_words(q)
+        if bits == 6 and not fits6:
+            raise MiniTorchError("6-bit packing needs codes in -32..31 and a block that is a multiple of 16")
+        if bits not in (4, 6, 8):
+            raise MiniTorchError(f"packed bits must be 4, 6 or 8, got {bits}")
+        codes = q if bits == 8 else _nibble_words(q) if bits == 4 else _six_words(q)
         empty_i8 = np.zeros((n, 0), np.int8)
         empty_f32 = np.zeros((n, 0), np.float32)
         for label, arr, dt, cols in (("sc", sc, np.int8, k // block), ("d", d, np.float32, k // (block * per)),
@@ -119,13 +132,15 @@ class PackedWeight:
     def _set(self, qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, dmin: np.ndarray,
              block: int, per: int, bits: int, n: int) -> None:
         block, per, bits = int(block), int(per), int(bits)
-        code_dtype = {8: np.int8, 4: np.uint32}.get(bits)
+        code_dtype = {8: np.int8, 6: np.uint32, 4: np.uint32}.get(bits)
         if code_dtype is None or qt.ndim != 3 or qt.dtype != code_dtype or qt.shape[2] != TILE:
             raise MiniTorchError(f"packed tiles must be {np.dtype(code_dtype) if code_dtype else '?'} "
                                  f"(groups, K, {TILE}) for bits {bits}, got {qt.dtype} {qt.shape}")
         groups, kc, _ = qt.shape
-        k = kc * (8 if bits == 4 else 1)
-        if block < 1 or per < 1 or k % (block * per) or (bits == 4 and block % 8):
+        if bits == 6 and kc % 3:
+            raise MiniTorchError(f"6-bit codes come 3 words to 16 inputs, got {kc} words")
+        k = inputs(kc, bits)
+        if block < 1 or per < 1 or k % (block * per) or (bits == 4 and block % 8) or (bits == 6 and block % 16):
             raise MiniTorchError(f"packed block {block} x {per} does not divide the {k} inputs")
         if not (groups - 1) * TILE < n <= groups * TILE:
             raise MiniTorchError(f"{groups} tiles of {TILE} rows cannot hold {n} rows")
@@ -176,6 +191,8 @@ class PackedWeight:
         q = self.qt[g, :, lane]
         if self.bits == 4:
             q = _nibble_codes(q)
+        elif self.bits == 6:
+            q = _six_codes(q)
         return (q,) + tuple(a[g, :, lane] for a in (self.sc, self.d, self.m, self.dmin))
 
     def codes(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -281,6 +298,17 @@ class PackedWeight:
         fused.activations = weights[0].activations
         return fused
 
+    def recoded(self, bits: int) -> "PackedWeight":
+        """The same weight with its codes in another form (bits 4, 6 or 8, where the codes fit it): the same
+        values, scales and products, other bytes (tests and A/Bs compare the forms)."""
+        if bits == self.bits:
+            return self
+        q, sc, d, m, dmin = self._gather(np.arange(self.shape[0]))
+        off = (m, dmin) if self.has_offset else (None, None)
+        pw = PackedWeight.from_blocks(q, self.block, self.per, sc, d, *off, bits=bits)
+        pw.activations = self.activations
+        return pw
+
     def requantized4(self) -> "PackedWeight":
         """This weight with 4-bit codes (quantize4 of its values in blocks of 32, as many blocks sharing the
         float32 factors as K allows, up to 8); itself if its codes are 4-bit already."""
@@ -307,6 +335,34 @@ def _nibble_codes(words: np.ndarray) -> np.ndarray:
     """Inverse of _nibble_words: (N, K / 8) uint32 -> (N, K) int8."""
     b = np.ascontiguousarray(words).view(np.uint8).reshape(words.shape[0], -1, 1, 4)
     return np.concatenate([b & 15, b >> 4], axis=2).reshape(words.shape[0], -1).astype(np.int8)
+
+
+def _six_words(q: np.ndarray) -> np.ndarray:
+    """(N, K) codes -32..31 -> (N, 3 K / 16) uint32: per 16 inputs two nibble words of the low 4 bits of
+    u = q + 32 (as _nibble_words) and one word of their high 2 bits, byte t = sum_c (u[4c + t] >> 4) << 2c."""
+    n, k = q.shape
+    u = (q.astype(np.int16) + 32).astype(np.uint8).reshape(n, k // 16, 16)
+    low = _nibble_words((u & 15).astype(np.int8).reshape(n, k)).reshape(n, k // 16, 2)
+    hi = (u >> 4).reshape(n, k // 16, 4, 4)  # [., s, c, t] = high bits of input 4c + t of group s
+    high = (hi[:, :, 0] | hi[:, :, 1] << 2 | hi[:, :, 2] << 4 | hi[:, :, 3] << 6).astype(np.uint8)
+    high = np.ascontiguousarray(high).view(np.uint32)  # (n, k / 16, 1)
+    return np.ascontiguousarray(np.concatenate([low, high], axis=2).reshape(n, 3 * k // 16))
+
+
+def _six_codes(words: np.ndarray) -> np.ndarray:
+    """Inverse of _six_words: (N, 3 K / 16) uint32 -> (N, K) int8."""
+    n = words.shape[0]
+    w = np.ascontiguousarray(words).reshape(n, -1, 3)
+    low = _nibble_codes(np.ascontiguousarray(w[:, :, :2]).reshape(n, -1)).reshape(n, -1, 16)
+    hb = np.ascontiguousarray(w[:, :, 2]).view(np.uint8).reshape(n, -1, 1, 4)  # [., s, 0, t]
+    hi = (hb >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]) & 3  # [., s, c, t]
+    u = low.astype(np.int16) + (hi.reshape(n, -1, 16).astype(np.int16) << 4)
+    return (u - 32).astype(np.int8).reshape(n, -1)
+
+
+def inputs(words: int, bits: int) -> int:
+    """Inputs K held by `words` code entries per row of a tile (bits 4: 8 a word; 6: 16 per 3 words; 8: 1 each)."""
+    return words * 8 if bits == 4 else words // 3 * 16 if bits == 6 else words
 
 
 def _tile(a: np.ndarray) -> np.ndarray:

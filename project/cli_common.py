@@ -79,8 +79,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "may resolve differently between the two (3 of 20 GSM8K target texts); within one setting "
                         "speculative output equals the target alone's")
     g.add_argument("--draft-quant", choices=("auto", "q4", "file"), default="auto",
-                   help="cpu, packed GGUF draft: q4 = the draft's 8-bit-code tensors requantized to 4 bits once (about "
-                        "half the bytes a draft step reads; the draft's weights change only how many drafts are "
+                   help="cpu, packed GGUF draft: q4 = the draft's 6- and 8-bit-code tensors requantized to 4 bits once "
+                        "(fewer bytes a draft step reads; the draft's weights change only how many drafts are "
                         "accepted, never the output); file = as the file stores them; auto (default): q4 for a "
                         "packed GGUF draft on the cpu")
     g.add_argument("--cpu-activations", choices=("auto", "float32", "int8"), default="auto",

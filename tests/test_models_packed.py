@@ -22,6 +22,8 @@ from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
 # byte offsets of the fp16 fields in one block of each type (the rest is codes and 6/8-bit scales)
 F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2),
               "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+# the code form each type packs to (minitorch/packed.py): nibbles for 0..15, 6 bits for -32..31, else int8
+BITS = {"Q4_K": 4, "Q4_1": 4, "Q8_0": 8, "Q4_0": 6, "Q5_0": 6, "Q5_1": 6, "Q5_K": 6, "Q6_K": 6}
 
 
 def random_blocks(qtype: str, n: int, k: int, seed: int) -> np.ndarray:
@@ -41,7 +43,8 @@ def test_packed_form_rebuilds_gguf_dequantization_bit_for_bit(qtype: str) -> Non
     raw = random_blocks(qtype, n, k, seed=len(qtype) + ord(qtype[1]))
     want = gguf.quants.dequantize(raw, GGMLQuantizationType[qtype]).reshape(n, k)
     pw = pack_raw(qtype, raw, (n, k))
-    assert pw.qt.dtype == (np.uint32 if qtype in ("Q4_K", "Q4_1") else np.int8) and pw.block in (16, 32)
+    assert pw.bits == BITS[qtype] and pw.qt.dtype == (np.int8 if qtype == "Q8_0" else np.uint32)
+    assert pw.block in (16, 32)
     assert np.array_equal(pw.dequantize(), want), f"{qtype}: packed values differ from gguf's dequantization"
     assert np.array_equal(pw.rows(np.array([[4, 0]])), want[[4, 0]][None])  # embedding rows
 
@@ -307,27 +310,30 @@ def one_hot_readout(pw: PackedWeight) -> np.ndarray:
 
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q4_1", "Q5_K", "Q6_K", "Q8_0"])
 def test_compact_form_reads_gguf_weights_bit_for_bit(qtype: str) -> None:
-    """The nibble codes (Q4_K, Q4_1) and the int8 block scales under super-block factors (K-quants), read
-    out by the kernel with one-hot activations, are gguf's own dequantized weights bit for bit."""
+    """The nibble codes (Q4_K, Q4_1), the 6-bit codes (Q5_K, Q6_K) and the int8 block scales under super-block
+    factors (K-quants), read out by the kernel with one-hot activations, are gguf's own dequantized weights bit
+    for bit."""
     n, k = 130, 512  # two tiles, the second partial
     raw = random_blocks(qtype, n, k, seed=11)
     want = gguf.quants.dequantize(raw, GGMLQuantizationType[qtype]).reshape(n, k)
     pw = pack_raw(qtype, raw, (n, k))
-    assert pw.bits == (4 if qtype in ("Q4_K", "Q4_1") else 8)
+    assert pw.bits == BITS[qtype]
     assert pw.per == {"Q4_K": 8, "Q5_K": 8, "Q6_K": 16}.get(qtype, 1)
     assert np.array_equal(one_hot_readout(pw), want)
 
 
 def test_compact_form_bytes_per_weight() -> None:
-    """Q4_K: 0.5 (nibbles) + 2/32 (sc, m) + 8/256 (d, dmin) bytes a weight; Q6_K 1 + 1/16 + 4/256; the
-    previous form (int8 codes, float32 scale and offset per block) read 1.25 and 1.5."""
+    """Q4_K: 0.5 (nibbles) + 2/32 (sc, m) + 8/256 (d, dmin) bytes a weight; Q6_K 0.75 (6 bits) + 1/16 + 4/256
+    (1 + 1/16 + 4/256 with int8 codes); the first form (int8 codes, float32 scale and offset per block) read
+    1.25 and 1.5."""
     from minitorch.packed import TILE
 
     n, k = 2 * TILE, 512
     q4 = pack_raw("Q4_K", random_blocks("Q4_K", n, k, 1), (n, k))
     q6 = pack_raw("Q6_K", random_blocks("Q6_K", n, k, 2), (n, k))
     assert q4.nbytes == n * k * (0.5 + 2 / 32 + 8 / 256)
-    assert q6.nbytes == n * k * (1 + 1 / 16 + 4 / 256)
+    assert q6.nbytes == n * k * (0.75 + 1 / 16 + 4 / 256)
+    assert q6.recoded(8).nbytes == n * k * (1 + 1 / 16 + 4 / 256)
 
 
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q4_1", "Q6_K"])
@@ -397,7 +403,7 @@ def test_quantize4_error_and_kernel(per: int) -> None:
 
 
 def test_requantized_draft_keeps_speculative_exact(gguf_pair: Path, tmp_path: Path) -> None:
-    """load_model(requantize=4): the 8-bit-code tensors become 4-bit (the 4-bit Q4_K one stays as stored),
+    """load_model(requantize=4): the 6- and 8-bit-code tensors become 4-bit (the 4-bit Q4_K one stays as stored),
     cached in a folder of their own; as a draft it changes acceptance, never the output."""
     from minitorch.generation import generate, speculative_generate
 
@@ -405,7 +411,7 @@ def test_requantized_draft_keeps_speculative_exact(gguf_pair: Path, tmp_path: Pa
     draft, _ = load_model(str(gguf_pair), progress=False, weights="packed", cache_dir=tmp_path, requantize=4)
     assert sorted(p.name for p in (tmp_path / "packed").iterdir())[1].endswith("-q4")
     w8, w4 = target.model.layers[1].mlp.up_proj.weight.value, draft.model.layers[1].mlp.up_proj.weight.value
-    assert w8.bits == 8 and w4.bits == 4 and w4.nbytes < 0.6 * w8.nbytes
+    assert w8.bits == 6 and w4.bits == 4 and w4.nbytes < 0.7 * w8.nbytes  # Q5_0: 6-bit codes as stored
     assert draft.model.layers[0].mlp.down_proj.weight.value.bits == 4  # Q4_K: as stored
     np.testing.assert_array_equal(draft.model.layers[0].mlp.down_proj.weight.value.dequantize(),
                                   target.model.layers[0].mlp.down_proj.weight.value.dequantize())

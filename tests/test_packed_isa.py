@@ -1,8 +1,9 @@
 """The packed kernels' instruction-set paths give the same bits (minitorch/cpu/packed.py): AVX-512 (vpermps
 table lookup, vpdpbusd) where the CPU has it, generic IR and AVX2 integer products (pmaddubsw + pmaddwd)
 elsewhere. A subprocess forced onto the AVX2 paths (MINITORCH_CPU_ISA=avx2, its own numba cache) must
-reproduce this process's products bit for bit, float32 and int8 activations, 4-bit and 8-bit codes. On an
-AVX2-only machine both sides take the same path, and the check still pins the results to each other."""
+reproduce this process's products bit for bit, float32 and int8 activations, 4-bit, 6-bit and 8-bit codes
+(Q6_K and Q5_K pack to 6 bits; each also as its int8-code form, which must give the same bits on either path).
+On an AVX2-only machine both sides take the same path, and the check still pins the results to each other."""
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ from minitorch.models.gguf_packed import pack_raw  # noqa: E402
 from test_models_packed import random_blocks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = [("Q4_K", 1), ("Q4_K", 5), ("Q6_K", 1), ("Q6_K", 5)]
+CASES = [("Q4_K", 1), ("Q4_K", 5), ("Q6_K", 1), ("Q6_K", 5), ("Q5_K", 3)]
 SCRIPT = """
 import sys
 import numpy as np
@@ -35,9 +36,10 @@ for qtype, rows in {cases!r}:
     x = np.random.default_rng(rows).standard_normal((rows, 512)).astype(np.float32)
     for mode in ("float32", "int8"):
         fp.set_activations(mode)
-        o = np.empty((rows, 200), np.float32)
-        fp.packed_linear(x, pw, o)
-        out[f"{{qtype}}_{{rows}}_{{mode}}"] = o
+        for form in {{pw.bits, 8}}:
+            o = np.empty((rows, 200), np.float32)
+            fp.packed_linear(x, pw.recoded(form), o)
+            out[f"{{qtype}}_{{rows}}_{{mode}}_{{form}}"] = o
 np.savez({dst!r}, **out)
 """
 
@@ -50,11 +52,12 @@ def products() -> dict[str, np.ndarray]:
         for mode in ("float32", "int8"):
             old = fast_packed.set_activations(mode)
             try:
-                o = np.empty((rows, 200), np.float32)
-                fast_packed.packed_linear(x, pw, o)
+                for form in {pw.bits, 8}:
+                    o = np.empty((rows, 200), np.float32)
+                    fast_packed.packed_linear(x, pw.recoded(form), o)
+                    out[f"{qtype}_{rows}_{mode}_{form}"] = o
             finally:
                 fast_packed.set_activations(old)
-            out[f"{qtype}_{rows}_{mode}"] = o
     return out
 
 
@@ -71,6 +74,11 @@ def test_avx2_paths_give_the_same_bits(tmp_path: Path) -> None:
     assert sorted(theirs) == sorted(mine)
     for key, want in mine.items():
         assert np.array_equal(theirs[key], want), key
+    for key in mine:  # the 6-bit form gives its int8-code form's bits on both paths
+        if key.endswith("_6"):
+            assert np.array_equal(mine[key], mine[key[:-2] + "_8"]), key
+            assert np.array_equal(theirs[key], theirs[key[:-2] + "_8"]), key
+    assert sum(key.endswith("_6") for key in mine) == 3 * 2
 
 
 def test_isa_override_hides_avx512(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,14 +8,16 @@ lane i and activation row r, one fused multiply-add per input, in input order:
 
 (fma(a, b, c) = a * b + c rounded once; the loop over the TILE lanes is what vectorizes: one code ->
 float32 convert and one vfmadd per 16 lanes, no horizontal sums; 4-bit codes come 8 inputs to a uint32
-word, unpacked by shift and mask, and taken in the same input order), then folds the block's scale
+word, unpacked by shift and mask, and taken in the same input order; 6-bit codes 16 inputs to 3 words, two
+of nibbles and one of the high 2 bits of u = code + 32, each code rebuilt exactly as u - 32 and taken in
+the same input order), then folds the block's scale
 (d * sc) and offset (dmin * m) in once:
 
     acc[r, i] += scale[i, b] * part[r, i] - offset[i, b] * sum_k x[r, k]     (same as sum of w[i, k] x[r, k])
 
-The chain is the same whether the codes are nibbles or int8 and whatever the scales are stored as, so
-the nibble form gives the previous int8 form's bits (tests/test_models_packed.py). It is compute-bound:
-one convert and one fma per weight and row; the int8-activation mode below replaces them by integer
+The chain is the same whether the codes are nibbles, 6 bits or int8 and whatever the scales are stored as,
+so the nibble and 6-bit forms give the int8 form's bits (tests/test_models_packed.py, test_packed_6bit.py).
+It is compute-bound: one convert and one fma per weight and row; the int8-activation mode below replaces them by integer
 dot products.
 
 The weight is read from memory once per call whatever R is, at 1 + 8/block bytes per element instead of
@@ -76,15 +78,17 @@ def fma(typingctx, a, b, c):  # pragma: no cover - numba
 # (an IR switch picks it), so a block's partial sums are SSA values, not memory; the TILE lanes are
 # taken C chunks of 16 at a time (C = 4 for one row, 2 for two to four, else 1: enough independent fma
 # chains to hide the fma latency, few enough to stay in the 32 zmm registers); the block fold (scale,
-# offset, acc) is done on the vectors in place, with the same operations, in the same order, as the
-# numba loops it replaced. 4-bit codes become float32 by a table lookup (vpermps takes the low 4 bits of
-# each lane's index, so `word >> shift` indexes the table [0, 1, ..., 15] directly: one instruction
-# instead of mask + convert). A call covers SPAN inputs, so the chunk passes of one call stay inside a
-# 16-32 KB stretch of the tile, and each pass prefetches its own columns one SPAN ahead (without the
-# prefetch the strided passes left 5-8 rows no faster than the loops before). Against those numba loops
-# (block-major, partial sums in memory, per-block scalar fold), same process, real 1.5B products,
-# 2 threads: 1 row 1.86x float / 1.41x int8 (53.5 ms a forward: about the 19 GB/s this box streams),
-# 5 rows 1.50x / 1.42x, bit for bit the same results.
+# offset, acc) is done on the vectors in place, with the same operations, in the same order, as the numba
+# loops it replaced. 4-bit codes become float32 by a table lookup (vpermps takes the low 4 bits of each
+# lane's index, so `word >> shift` indexes the table [0, 1, ..., 15] directly: one instruction instead of
+# mask + convert); 6-bit codes by two lookups added, the nibble's in that table and the high bits' in
+# [-32, -16, 0, 16] (repeated: only an index's low 2 bits count), exact in float32. A call covers SPAN
+# inputs, so the chunk passes of one call stay inside a 16-32 KB stretch of the tile, and each pass
+# prefetches its own columns one SPAN ahead (without the prefetch the strided passes left 5-8 rows no
+# faster than the loops before). Against those numba loops (block-major, partial sums in memory,
+# per-block scalar fold), same process, real 1.5B products, 2 threads: 1 row 1.86x float / 1.41x int8
+# (53.5 ms a forward: about the 19 GB/s this box streams), 5 rows 1.50x / 1.42x, bit for bit the same
+# results.
 
 _I32, _F32, _I8 = ir.IntType(32), ir.FloatType(), ir.IntType(8)
 _VF, _VI, _VB = ir.VectorType(_F32, 16), ir.VectorType(_I32, 16), ir.VectorType(_I8, 16)
@@ -129,7 +133,8 @@ def _vstore(builder, v, base, off, align=4):
 
 def _tile_codegen(act: str, bits: int):
     """IR body builder of a tile kernel: act "f32" (float activations, fma chains) or "i8" (int8
-    activations, vpdpbusd), bits 4 (uint32 words of 8 nibbles) or 8 (int8 codes)."""
+    activations, vpdpbusd), bits 4 (uint32 words of 8 nibbles), 6 (3 uint32 words per 16 inputs: nibbles +
+    high bits, minitorch/packed.py) or 8 (int8 codes)."""
 
     wide = host_avx512()
     vnni_hw = has_vnni()
@@ -198,6 +203,13 @@ def _tile_codegen(act: str, bits: int):
             builder.call(pf, [addr, ir.Constant(_I32, 0), ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
 
         table = ir.Constant(_VF, [ir.Constant(_F32, float(j)) for j in range(16)])
+        # 6-bit codes' high bits: index j (vpermps reads its low 4 bits, the code's are the low 2) -> 16 * (j & 3) - 32
+        table_hi = ir.Constant(_VF, [ir.Constant(_F32, float(16 * (j & 3) - 32)) for j in range(16)])
+
+        def vconst(n):  # n in all 16 int32 lanes
+            return ir.Constant(_VI, [ir.Constant(_I32, n)] * 16)
+
+        hmask = vconst(0x30303030)  # bits 4-5 of each byte: where a 6-bit code's high bits go
         nib = ir.Constant(_VI, [ir.Constant(_I32, 0x0F0F0F0F)] * 16)
         low4 = ir.Constant(_VI, [ir.Constant(_I32, 15)] * 16)
         four = ir.Constant(_VI, [ir.Constant(_I32, 4)] * 16)
@@ -299,6 +311,60 @@ def _tile_codegen(act: str, bits: int):
                                                     parts16[0], parts16[1], whole)), slots[r][j])
                                                 for h in (0, 1):
                                                     builder.store(zero16, acc16[r][j][h])
+                    elif bits == 6:  # per 16 inputs: two nibble words (low 4 bits of u = code + 32) + a word of high bits
+                        gpb = builder.sdiv(block, c(16))
+                        with cgutils.for_range(builder, gpb) as gl:
+                            s16 = builder.add(builder.mul(b, gpb), gl.index)  # 16-input group
+                            wbase = builder.add(w_off, builder.mul(s16, c(3 * TILE)))
+
+                            def words(h):  # the C 16-lane vectors of word h (0, 1: nibbles; 2: high bits)
+                                return [_vload(builder, ptr["qt"], builder.add(wbase, builder.add(
+                                    lane0, c(h * TILE + 16 * j))), _VI) for j in range(C)]
+
+                            for h in range(3):
+                                for j in range(C):
+                                    prefetch(ptr["qt"], builder.add(wbase, builder.add(lane0, c(
+                                        h * TILE + 16 * j + SPAN * 3 // 16 * TILE))))
+                            hws = words(2)
+                            if act == "f32":
+                                accs = [[builder.load(slots[r][j]) for j in range(C)] for r in range(R)]
+                                for h in (0, 1):  # inputs 8h .. 8h + 7 of the group, in input order
+                                    nws = words(h)
+                                    xb = [builder.add(xrow[r], builder.add(builder.mul(s16, c(16)), c(8 * h)))
+                                          for r in range(R)]
+                                    for n, sh in enumerate((0, 8, 16, 24, 4, 12, 20, 28)):
+                                        sh2 = 8 * (n % 4) + 2 * (2 * h + n // 4)  # its high bits' place in the word
+                                        xv = [splat(builder.load(builder.gep(ptr["x"], [builder.add(xb[r], c(n))])), _VF)
+                                              for r in range(R)]
+                                        for j in range(C):
+                                            lo = nws[j] if sh == 0 else builder.lshr(nws[j], vconst(sh))
+                                            hi = hws[j] if sh2 == 0 else builder.lshr(hws[j], vconst(sh2))
+                                            if wide:  # (low 4 bits) + (16 * high 2 bits - 32): exact small integers
+                                                code = builder.fadd(builder.call(perm, [table, lo]),
+                                                                    builder.call(perm, [table_hi, hi]))
+                                            else:  # generic IR: rebuild u, then an exact int -> float convert of u - 32
+                                                u = builder.or_(builder.and_(lo, low4),
+                                                                builder.shl(builder.and_(hi, vconst(3)), four))
+                                                code = builder.sitofp(builder.sub(u, vconst(32)), _VF)
+                                            for r in range(R):
+                                                accs[r][j] = builder.call(fma_v, [code, xv[r], accs[r][j]])
+                                for r in range(R):
+                                    for j in range(C):
+                                        builder.store(accs[r][j], slots[r][j])
+                            else:  # 4 groups of 4 inputs: u (0..63) as bytes, times the int8 activations; the
+                                #    fold takes 32 * sum(xq) off (u = code + 32), so the integer sum is the int8 form's
+                                xo = [builder.add(xrow[r], builder.mul(s16, c(4))) for r in range(R)]
+                                xg = [[splat(builder.load(builder.gep(ptr["x"], [builder.add(xo[r], c(u))])), _VI)
+                                       for u in range(4)] for r in range(R)]
+                                nw0, nw1 = words(0), words(1)
+                                for j in range(C):
+                                    hs = (builder.shl(hws[j], four), builder.shl(hws[j], vconst(2)), hws[j],
+                                          builder.lshr(hws[j], vconst(2)))  # group c's high bits at bits 4-5 of its bytes
+                                    los = (nw0[j], builder.lshr(nw0[j], four), nw1[j], builder.lshr(nw1[j], four))
+                                    for u in range(4):
+                                        wv = builder.or_(builder.and_(los[u], nib), builder.and_(hs[u], hmask))
+                                        for r in range(R):  # AVX2: |u * x| pairs <= 2 * 63 * 127 = 16,002, no saturation
+                                            builder.store(vnni(builder.load(slots[r][j]), wv, xg[r][u]), slots[r][j])
                     elif act == "f32":  # int8 codes, one input at a time
                         k0 = builder.mul(b, block)
                         with cgutils.for_range(builder, block) as kl:
@@ -353,9 +419,9 @@ def _tile_codegen(act: str, bits: int):
                             isums = [builder.load(slots[r][j]) for j in range(C)]
                             if bits == 4:
                                 isums = [builder.add(v, builder.load(slots2[r][j])) for j, v in enumerate(isums)]
-                            if bits == 8 and vnni_hw:
+                            if (bits == 8 and vnni_hw) or bits == 6:  # codes stored as code + 128 / code + 32
                                 corr = builder.mul(builder.load(builder.gep(ptr["xqs"], [builder.add(srow[r], b)])),
-                                                   ir.Constant(_I32, 128))
+                                                   ir.Constant(_I32, 128 if bits == 8 else 32))
                                 isums = [builder.sub(v, splat(corr, _VI)) for v in isums]
                             parts.append([builder.fmul(xdb, builder.sitofp(v, _VF)) for v in isums])
                         parts[r].append(xsb)
@@ -405,8 +471,10 @@ def _tile_intrinsic(act: str, bits: int):
 
 
 _tile_f32_q4 = _tile_intrinsic("f32", 4)
+_tile_f32_q6 = _tile_intrinsic("f32", 6)
 _tile_f32_q8 = _tile_intrinsic("f32", 8)
 _tile_i8_q4 = _tile_intrinsic("i8", 4)
+_tile_i8_q6 = _tile_intrinsic("i8", 6)
 _tile_i8_q8 = _tile_intrinsic("i8", 8)
 
 
@@ -428,10 +496,11 @@ def _block_sums(x: np.ndarray, block: int) -> np.ndarray:  # pragma: no cover - 
 def packed_rows(x: np.ndarray, qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, dmin: np.ndarray,
                 block: int, per: int, bits: int, n_len: int, out: np.ndarray) -> None:  # pragma: no cover - numba
     """out (R, n_len) = x (R, K) @ w^T for the tiles of a PackedWeight (packed.py): codes qt (int8, or
-    uint32 words of 8 nibbles for bits 4), block scales sc / m under super-block factors d / dmin."""
+    uint32 words of 8 nibbles for bits 4, of 6-bit codes for bits 6), block scales sc / m under super-block
+    factors d / dmin."""
     groups = qt.shape[0]
     nw = qt.shape[1]
-    k_len = nw * (8 if bits == 4 else 1)
+    k_len = nw * 8 if bits == 4 else nw // 3 * 16 if bits == 6 else nw  # inputs (minitorch/packed.py)
     rows = x.shape[0]
     nb = k_len // block
     ns = nb // per
@@ -446,6 +515,9 @@ def packed_rows(x: np.ndarray, qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m:
                 b1 = min(b0 + bstep, nb)
                 if bits == 4:
                     _tile_f32_q4(acc, r0, rr, qt, g * nw * TILE, sc, m, g * nb * TILE, d, dmin, g * ns * TILE, b0, b1,
+                                 block, per, has_off, x, k_len, xs, xs, xs, nb)
+                elif bits == 6:
+                    _tile_f32_q6(acc, r0, rr, qt, g * nw * TILE, sc, m, g * nb * TILE, d, dmin, g * ns * TILE, b0, b1,
                                  block, per, has_off, x, k_len, xs, xs, xs, nb)
                 else:
                     _tile_f32_q8(acc, r0, rr, qt, g * nw * TILE, sc, m, g * nb * TILE, d, dmin, g * ns * TILE, b0, b1,
@@ -465,7 +537,8 @@ def rebuild_tiles(qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, 
     for a while after each product, and a numba-parallel rebuild between products had to share the 2
     cores with them (a 40-row product of a 8960 x 1536 weight: 68 ms parallel vs 22 ms serial in a
     scratch test; with OPENBLAS_THREAD_TIMEOUT=4 the gap closed, but that is read when numpy loads)."""
-    k_len = qt.shape[1] * (8 if bits == 4 else 1)
+    nw = qt.shape[1]
+    k_len = nw * 8 if bits == 4 else nw // 3 * 16 if bits == 6 else nw
     has_off = m.shape[1] > 0
     a = np.empty(TILE, dtype=np.float32)
     c = np.zeros(TILE, dtype=np.float32)
@@ -484,6 +557,15 @@ def rebuild_tiles(qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, 
                     sh = 8 * (k % 4) + 4 * ((k % 8) // 4)
                     for i in range(TILE):
                         row[i] = a[i] * np.float32((np.int32(src[i]) >> sh) & 15) - c[i]
+                elif bits == 6:  # u = low 4 bits | high 2 bits << 4, code = u - 32 (minitorch/packed.py)
+                    t = k % 16
+                    src = qt[g, 3 * (k // 16) + t // 8]
+                    hsrc = qt[g, 3 * (k // 16) + 2]
+                    sh = 8 * (t % 4) + 4 * ((t % 8) // 4)
+                    sh2 = 8 * (t % 4) + 2 * (t // 4)
+                    for i in range(TILE):
+                        u = ((np.int64(src[i]) >> sh) & 15) | (((np.int64(hsrc[i]) >> sh2) & 3) << 4)
+                        row[i] = a[i] * np.float32(u - 32) - c[i]
                 else:
                     src8 = qt[g, k]
                     for i in range(TILE):
@@ -494,8 +576,9 @@ def rebuild_tiles(qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, 
 # A faster mode beside the float one above: each activation row is rounded per block of the weight to
 # int8 (xq = round(x / xd), xd = absmax / 127, as llama.cpp's Q8 activations), and a block's product is
 # an integer dot product, 64 byte products per AVX512-VNNI instruction (vpdpbusd: unsigned x signed
-# bytes summed in int32, exact; 4-bit codes are unsigned as stored, 8-bit codes are flipped to code + 128
-# and 128 * sum(xq) is taken off), then
+# bytes summed in int32, exact; 4-bit codes are unsigned as stored, 6-bit ones are stored as code + 32, a
+# nibble and its 2 high bits put together into one byte per input (0..63), and 32 * sum(xq) is taken off;
+# 8-bit codes are flipped to code + 128 and 128 * sum(xq) is taken off), then
 #     acc[r, i] += scale[i] * (xd[r, b] * isum[r, i]) - offset[i] * xs[r, b]     (xs: float sum of x)
 # The weights are the same; the activations are rounded, so results differ from the float mode by that
 # rounding (project/bench/cpu_packed.py --agreement reports top-1 agreement). Every row is still its own
@@ -581,11 +664,11 @@ def quantize_rows(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np
 def packed_rows_q8(xq32: np.ndarray, xd: np.ndarray, xs: np.ndarray, xqs: np.ndarray, qt: np.ndarray, sc: np.ndarray,
                    d: np.ndarray, m: np.ndarray, dmin: np.ndarray, block: int, per: int, bits: int, n_len: int,
                    out: np.ndarray) -> None:  # pragma: no cover - numba
-    """out (R, n_len) = the int8-activation product for the tiles of a PackedWeight (4-bit words, or 8-bit
-    codes with a block that is a multiple of 4); xq32 is the (R, K / 4) int32 view of quantize_rows' xq."""
+    """out (R, n_len) = the int8-activation product for the tiles of a PackedWeight (4-bit or 6-bit words, or
+    8-bit codes with a block that is a multiple of 4); xq32 is the (R, K / 4) int32 view of quantize_rows' xq."""
     groups = qt.shape[0]
     nw = qt.shape[1]
-    k_len = nw * (8 if bits == 4 else 1)
+    k_len = nw * 8 if bits == 4 else nw // 3 * 16 if bits == 6 else nw  # inputs (minitorch/packed.py)
     rows = xq32.shape[0]
     nb = k_len // block
     ns = nb // per
@@ -600,6 +683,9 @@ def packed_rows_q8(xq32: np.ndarray, xd: np.ndarray, xs: np.ndarray, xqs: np.nda
                 if bits == 4:
                     _tile_i8_q4(acc, r0, rr, qt, g * nw * TILE, sc, m, g * nb * TILE, d, dmin, g * ns * TILE, b0, b1,
                                  block, per, has_off, xq32, k_len // 4, xs, xd, xqs, nb)
+                elif bits == 6:
+                    _tile_i8_q6(acc, r0, rr, qt, g * nw * TILE, sc, m, g * nb * TILE, d, dmin, g * ns * TILE, b0, b1,
+                                 block, per, has_off, xq32, k_len // 4, xs, xd, xqs, nb)
                 else:
                     _tile_i8_q8(acc, r0, rr, qt, g * nw * TILE, sc, m, g * nb * TILE, d, dmin, g * ns * TILE, b0, b1,
                                  block, per, has_off, xq32, k_len // 4, xs, xd, xqs, nb)
@@ -610,8 +696,8 @@ def packed_rows_q8(xq32: np.ndarray, xd: np.ndarray, xs: np.ndarray, xqs: np.nda
 
 
 def int8_ready(w) -> bool:
-    """Whether the int8-activation kernel takes this PackedWeight (4-bit words, or 8-bit codes in blocks
-    of a multiple of 4: every GGUF type)."""
+    """Whether the int8-activation kernel takes this PackedWeight (4-bit or 6-bit words, or 8-bit codes in
+    blocks of a multiple of 4: every GGUF type)."""
     return w.bits == 4 or w.block % 4 == 0
 
 

@@ -7,11 +7,13 @@ float32, each product and the difference rounded separately (gguf.quants' numpy 
 
   type        block x per  d, dmin (float32)   sc, m (int8)          code range         codes kept as
   Q8_0         32 x 1      d, -                1, -                  -128..127          int8
-  Q4_0 / Q5_0  32 x 1      d, -                1, -                  -8..7 / -16..15    int8
+  Q4_0 / Q5_0  32 x 1      d, -                1, -                  -8..7 / -16..15    6 bits
   Q4_1         32 x 1      d, -m               1, 1                  0..15              nibbles
-  Q5_1         32 x 1      d, -m               1, 1                  0..31              int8
-  Q4_K / Q5_K  32 x 8      d, dmin             sc[j], m[j] (6-bit)   0..15 / 0..31      nibbles / int8
-  Q6_K         16 x 16     d, -                scales[j] (int8)      -32..31            int8
+  Q5_1         32 x 1      d, -m               1, 1                  0..31              6 bits
+  Q4_K / Q5_K  32 x 8      d, dmin             sc[j], m[j] (6-bit)   0..15 / 0..31      nibbles / 6 bits
+  Q6_K         16 x 16     d, -                scales[j] (int8)      -32..31            6 bits
+
+(6 bits: a nibble word pair plus a word of high bits per 16 inputs, code + 32 stored; minitorch/packed.py.)
 
 Only the header layout is ours. The codes come from the gguf library itself: dequantizing a copy of the
 blocks whose header is rewritten to scale 1 and offset 0 yields exactly the codes as floats. The
@@ -32,8 +34,9 @@ from ..tensor_data import MiniTorchError
 from .errors import ModelLoadError
 
 PACKED_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
-PACKED_FORMAT = 4  # bump when the cached layout changes (2: tiled codes, self-contained folder; 3: nibbles,
-#                   int8 block scales under float32 super-block factors; 4: nibbles as uint32 words of 8)
+PACKED_FORMAT = 5  # bump when the cached layout changes (2: tiled codes, self-contained folder; 3: nibbles,
+#                   int8 block scales under float32 super-block factors; 4: nibbles as uint32 words of 8;
+#                   5: codes of -32..31 (Q6_K, Q5_K, Q5_0, Q5_1, Q4_0) as 6 bits, 3 uint32 words per 16 inputs)
 _PARTS = ("q", "sc", "d", "m", "dmin")  # the tiled arrays of a PackedWeight, as PackedWeight.tiles orders them
 
 _ONE_F16 = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)  # fp16 1.0 as its two bytes
@@ -80,7 +83,7 @@ def _header(qtype: str, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, Opt
 def pack_raw(qtype: str, raw: np.ndarray, shape: tuple[int, int], name: str = "tensor",
              bits: Optional[int] = None) -> PackedWeight:
     """PackedWeight (N, K) from the raw bytes of a GGUF tensor of type `qtype` holding an (N, K) weight
-    (bits None: nibbles where the codes fit, see packed.py; 8 forces int8 codes, the previous form)."""
+    (bits None: nibbles or 6 bits where the codes fit, see packed.py; 8 forces int8 codes, the previous form)."""
     from gguf import GGMLQuantizationType, quants
     from gguf.constants import GGML_QUANT_SIZES
 
@@ -118,7 +121,7 @@ def build_packed_cache(path: Union[str, Path], out_dir: Path, progress: bool = T
     """Everything a packed model needs from GGUF `path`, in out_dir: the packable weights as tiles
     ({name}.q/.scale/.offset.npy + packed.json), the other tensors (norms, biases, float tensors) as
     float32 weights/{name}.npy, config.json and the tokenizer files. No float32 copy of the big weights.
-    requantize=4: weights with 8-bit codes stored with 4-bit codes instead (PackedWeight.requantized4).
+    requantize=4: weights with 6- or 8-bit codes stored with 4-bit codes instead (PackedWeight.requantized4).
     Written to a temporary sibling and renamed, so an interrupted run leaves nothing half-built."""
     from .gguf_io import building_folder, fill_cache_folder
 

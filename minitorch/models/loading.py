@@ -31,14 +31,14 @@ def load_model(
     converted once into the cache folder (packed or dequantized, see `weights`); later loads memory-map it.
     `backend` defaults to FastBackend. Errors for users are ModelLoadError naming the file.
 
-    `weights`: "packed" keeps a GGUF's quantized tensors in their stored form (int8 codes + per-block
-    scales, minitorch/packed.py): the same values in about a third of the memory, read by a faster kernel,
+    `weights`: "packed" keeps a GGUF's quantized tensors in their stored form (4-, 6- or 8-bit codes +
+    per-block scales, minitorch/packed.py): the same values in about a third of the memory, read by a faster kernel,
     on the CPU backends only; "float32" uses the dequantized float32 arrays (the only form for safetensors
     folders and the CUDA backend); "auto" (default) picks packed for a GGUF file on a backend with a packed
     kernel, else float32.
 
-    `requantize=4` (packed GGUF loads only): the tensors stored with 8-bit codes (Q5_0, Q6_K, Q8_0, ...) are
-    requantized to 4-bit codes (PackedWeight.quantize4, Q4_K's layout: about half the bytes a forward
+    `requantize=4` (packed GGUF loads only): the tensors stored with 6- or 8-bit codes (Q5_0, Q6_K, Q8_0, ...)
+    are requantized to 4-bit codes (PackedWeight.quantize4, Q4_K's layout: about half the bytes a forward
     reads, lossy), once, into a cache folder of their own. Meant for a draft model: its weights decide how
     many drafts the target accepts, never what the target writes.
     """
