@@ -81,11 +81,11 @@ def fma(typingctx, a, b, c):  # pragma: no cover - numba
 # offset, acc) is done on the vectors in place, with the same operations, in the same order, as the numba
 # loops it replaced. 4-bit codes become float32 by a table lookup (vpermps takes the low 4 bits of each
 # lane's index, so `word >> shift` indexes the table [0, 1, ..., 15] directly: one instruction instead of
-# mask + convert); 6-bit codes by two lookups added, the nibble's in that table and the high bits' in
-# [-32, -16, 0, 16] (repeated: only an index's low 2 bits count), exact in float32. A call covers SPAN
-# inputs, so the chunk passes of one call stay inside a 16-32 KB stretch of the tile, and each pass
-# prefetches its own columns one SPAN ahead (without the prefetch the strided passes left 5-8 rows no
-# faster than the loops before). Against those numba loops (block-major, partial sums in memory,
+# mask + convert); 6-bit codes are first put together into one byte u = code + 32 per input, then each
+# becomes the float 2^23 + u by a byte shuffle under the exponent bits, minus 2^23 + 32 (exact). A call
+# covers SPAN inputs, so the chunk passes of one call stay inside a 16-32 KB stretch of the tile, and
+# each pass prefetches its own columns one SPAN ahead (without the prefetch the strided passes left 5-8
+# rows no faster than the loops before). Against those numba loops (block-major, partial sums in memory,
 # per-block scalar fold), same process, real 1.5B products, 2 threads: 1 row 1.86x float / 1.41x int8
 # (53.5 ms a forward: about the 19 GB/s this box streams), 5 rows 1.50x / 1.42x, bit for bit the same
 # results.
@@ -203,8 +203,13 @@ def _tile_codegen(act: str, bits: int):
             builder.call(pf, [addr, ir.Constant(_I32, 0), ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
 
         table = ir.Constant(_VF, [ir.Constant(_F32, float(j)) for j in range(16)])
-        # 6-bit codes' high bits: index j (vpermps reads its low 4 bits, the code's are the low 2) -> 16 * (j & 3) - 32
-        table_hi = ir.Constant(_VF, [ir.Constant(_F32, float(16 * (j & 3) - 32)) for j in range(16)])
+        # 6-bit codes, float mode: lane i of pick[t] takes byte t of lane i (u of its input 4c + t), then two zero
+        # bytes and 0x4B from magic_bytes: the float32 bits of 2^23 + u; magic32 = 2^23 + 32
+        _V64B = ir.VectorType(_I8, 64)
+        magic_bytes = ir.Constant(_V64B, [ir.Constant(_I8, 0x4B if j == 1 else 0) for j in range(64)])
+        pick = [ir.Constant(ir.VectorType(_I32, 64), [ir.Constant(_I32, v) for i in range(16)
+                                                      for v in (4 * i + t, 64, 64, 65)]) for t in range(4)]
+        magic32 = ir.Constant(_VF, [ir.Constant(_F32, float(2 ** 23 + 32))] * 16)
 
         def vconst(n):  # n in all 16 int32 lanes
             return ir.Constant(_VI, [ir.Constant(_I32, n)] * 16)
@@ -325,46 +330,49 @@ def _tile_codegen(act: str, bits: int):
                                 for j in range(C):
                                     prefetch(ptr["qt"], builder.add(wbase, builder.add(lane0, c(
                                         h * TILE + 16 * j + SPAN * 3 // 16 * TILE))))
-                            hws = words(2)
-                            if act == "f32":
+                            nw0, nw1, hws = words(0), words(1), words(2)
+
+                            def group(j, g):  # chunk j's u = code + 32 (0..63) for inputs 4g .. 4g + 3, one byte an
+                                #               input (byte t of a lane: input 4g + t): the low nibble from a nibble
+                                #               word, the high bits put at bits 4-5 by one shift of the high word
+                                lo = (nw0, nw1)[g // 2][j]
+                                lo = builder.lshr(lo, four) if g % 2 else lo
+                                hi = hws[j] if g == 2 else (builder.shl(hws[j], vconst(4 - 2 * g)) if g < 2
+                                                            else builder.lshr(hws[j], vconst(2)))
+                                return builder.or_(builder.and_(lo, nib), builder.and_(hi, hmask))
+
+                            if act == "f32":  # each input's u as the float 2^23 + u (its byte under the exponent
+                                # bits 0x4B000000: vpshufb + vpor), minus 2^23 + 32: the code, exact. Per input and 16
+                                # lanes that is 3 instructions + the group's share of building u against the int8
+                                # form's 2 (vpmovsxbd from memory, vcvtdq2ps), so the float mode's products are
+                                # compute-bound slower per weight (one thread, real 1.5B down / LM head, 1 row: 0.65-0.73x
+                                # the int8 form's speed; two table lookups added 0.54-0.59x; bfloat16 bytes by vpermb
+                                # lookups + a zero-masked vpermt2b a input 0.57-0.65x: LLVM made the mask a vpandq);
+                                # with two threads the fewer bytes make up for part of it (docs/RESULTS.md)
                                 accs = [[builder.load(slots[r][j]) for j in range(C)] for r in range(R)]
-                                for h in (0, 1):  # inputs 8h .. 8h + 7 of the group, in input order
-                                    nws = words(h)
-                                    xb = [builder.add(xrow[r], builder.add(builder.mul(s16, c(16)), c(8 * h)))
-                                          for r in range(R)]
-                                    for n, sh in enumerate((0, 8, 16, 24, 4, 12, 20, 28)):
-                                        sh2 = 8 * (n % 4) + 2 * (2 * h + n // 4)  # its high bits' place in the word
-                                        xv = [splat(builder.load(builder.gep(ptr["x"], [builder.add(xb[r], c(n))])), _VF)
-                                              for r in range(R)]
-                                        for j in range(C):
-                                            lo = nws[j] if sh == 0 else builder.lshr(nws[j], vconst(sh))
-                                            hi = hws[j] if sh2 == 0 else builder.lshr(hws[j], vconst(sh2))
-                                            if wide:  # (low 4 bits) + (16 * high 2 bits - 32): exact small integers
-                                                code = builder.fadd(builder.call(perm, [table, lo]),
-                                                                    builder.call(perm, [table_hi, hi]))
-                                            else:  # generic IR: rebuild u, then an exact int -> float convert of u - 32
-                                                u = builder.or_(builder.and_(lo, low4),
-                                                                builder.shl(builder.and_(hi, vconst(3)), four))
-                                                code = builder.sitofp(builder.sub(u, vconst(32)), _VF)
-                                            for r in range(R):
-                                                accs[r][j] = builder.call(fma_v, [code, xv[r], accs[r][j]])
+                                for i in range(16):  # in input order
+                                    if i % 4 == 0:
+                                        us = [builder.bitcast(group(j, i // 4), _V64B) for j in range(C)]
+                                    xv = [splat(builder.load(builder.gep(ptr["x"], [builder.add(
+                                        xrow[r], builder.add(builder.mul(s16, c(16)), c(i)))])), _VF) for r in range(R)]
+                                    for j in range(C):
+                                        fb = builder.shuffle_vector(us[j], magic_bytes, pick[i % 4])
+                                        code = builder.fsub(builder.bitcast(fb, _VF), magic32)
+                                        for r in range(R):
+                                            accs[r][j] = builder.call(fma_v, [code, xv[r], accs[r][j]])
                                 for r in range(R):
                                     for j in range(C):
                                         builder.store(accs[r][j], slots[r][j])
-                            else:  # 4 groups of 4 inputs: u (0..63) as bytes, times the int8 activations; the
-                                #    fold takes 32 * sum(xq) off (u = code + 32), so the integer sum is the int8 form's
+                            else:  # u (0..63) bytes times the int8 activations, 4 inputs a lane; the fold takes
+                                #    32 * sum(xq) off (u = code + 32), so the integer sum is the int8 form's
                                 xo = [builder.add(xrow[r], builder.mul(s16, c(4))) for r in range(R)]
-                                xg = [[splat(builder.load(builder.gep(ptr["x"], [builder.add(xo[r], c(u))])), _VI)
-                                       for u in range(4)] for r in range(R)]
-                                nw0, nw1 = words(0), words(1)
+                                xg = [[splat(builder.load(builder.gep(ptr["x"], [builder.add(xo[r], c(g))])), _VI)
+                                       for g in range(4)] for r in range(R)]
                                 for j in range(C):
-                                    hs = (builder.shl(hws[j], four), builder.shl(hws[j], vconst(2)), hws[j],
-                                          builder.lshr(hws[j], vconst(2)))  # group c's high bits at bits 4-5 of its bytes
-                                    los = (nw0[j], builder.lshr(nw0[j], four), nw1[j], builder.lshr(nw1[j], four))
-                                    for u in range(4):
-                                        wv = builder.or_(builder.and_(los[u], nib), builder.and_(hs[u], hmask))
+                                    for g in range(4):
+                                        u = group(j, g)
                                         for r in range(R):  # AVX2: |u * x| pairs <= 2 * 63 * 127 = 16,002, no saturation
-                                            builder.store(vnni(builder.load(slots[r][j]), wv, xg[r][u]), slots[r][j])
+                                            builder.store(vnni(builder.load(slots[r][j]), u, xg[r][g]), slots[r][j])
                     elif act == "f32":  # int8 codes, one input at a time
                         k0 = builder.mul(b, block)
                         with cgutils.for_range(builder, block) as kl:

@@ -88,7 +88,7 @@ def old_packed_rows(x: np.ndarray, qt: np.ndarray, st: np.ndarray, ot: np.ndarra
 
 def old_form(pw: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(qt int8 (G, K, TILE), st, ot float32 (G, K / block, TILE)): the previous tiled layout, same values."""
-    qt = pw.qt
+    qt = pw.qt if pw.bits != 6 else pw.recoded(8).qt  # 6-bit codes: their int8 form (same codes)
     if pw.bits == 4:
         g, kw, _ = qt.shape
         rows = _nibble_codes(np.ascontiguousarray(qt.transpose(0, 2, 1)).reshape(g * TILE, kw))  # (G*TILE, K)
@@ -230,11 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     prev = None
     if args.against:
         prev = previous_kernels(args.against)
+        # kernels from before the 6-bit form (PACKED_FORMAT 5) read those weights in their int8-code form
+        as_prev = {id(w): w.recoded(8) for w in weights if w.bits == 6 and not hasattr(prev, "_tile_f32_q6")}
 
         def run_prev(x: np.ndarray, w: PackedWeight, out: np.ndarray) -> None:
+            w = as_prev.get(id(w), w)
             prev.packed_rows(x, *w.tiles, w.block, w.per, w.bits, w.shape[0], out)
 
         def run_prev_int8(x: np.ndarray, w: PackedWeight, out: np.ndarray) -> None:
+            w = as_prev.get(id(w), w)
             if prev.int8_ready(w):
                 prev.packed_linear_q8(x, w, out)
             else:
