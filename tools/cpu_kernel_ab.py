@@ -6,9 +6,14 @@ prints ms, GB/s of the weights' bytes and the paired-median ratio against the fi
     python tools/cpu_kernel_ab.py [--variants base,l1,none] [--mode int8|float32] [--classes gate,down,head] [--rows 1,5]
     python tools/cpu_kernel_ab.py --step [--variants base,l1]   (whole decode steps and verifies of the model instead:
                                                                  float32 and int8, at a 220-token context, same logits)
+    python tools/cpu_kernel_ab.py --forms [--mode both] [--step]  (code forms instead of kernel variants: the 6-bit
+                          weights (Q6_K: v, down, the LM head) in their int8-code form (one byte a code) against the
+                          6-bit form, per class, or whole forwards with every 6-bit weight in the one form or the other)
 
 A variant is a list of text edits to packed.py (VARIANTS below; an edit that no longer matches is an error), written
 to a temporary module so numba compiles and caches it on its own. Add one to try an idea before editing the kernel.
+With --forms each line gives both forms' ms and GB/s (each of its own bytes) and the int8-code form's time over the
+6-bit form's: the ratio of the fastest rounds and the median of the paired (same-round) ratios; above 1: 6 bits win.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import numpy as np
 
 import minitorch
 from minitorch.models import load_model
+from minitorch.packed import PackedWeight
 
 ROOT = Path(__file__).resolve().parents[1]
 _PF = "builder.call(pf, [addr, ir.Constant(_I32, 0), ir.Constant(_I32, 2), ir.Constant(_I32, 1)])"
@@ -51,12 +57,17 @@ def write_variant(name: str, folder: Path) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--variants", default="base,l1,none")
-    p.add_argument("--mode", default="int8", choices=("int8", "float32"))
-    p.add_argument("--classes", default="gate,down,head")
+    p.add_argument("--mode", default="int8", choices=("int8", "float32", "both"),
+                   help="activation mode of the per-class lines (--step always times both)")
+    p.add_argument("--classes", default=None, help="weight classes (default gate,down,head; with --forms v,down,head)")
     p.add_argument("--rows", default="1,5")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--step", action="store_true", help="time whole forwards of the model (1 and 5 rows) instead")
+    p.add_argument("--forms", action="store_true",
+                   help="A/B the int8-code form of the 6-bit weights against the 6-bit form (the kernels as committed)")
     args = p.parse_args()
+    if args.forms:
+        return forms(args)
     names = args.variants.split(",")
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
@@ -82,7 +93,9 @@ def main() -> None:
                 fp.packed_rows(x, *w.tiles, w.block, w.per, w.bits, w.shape[0], o)
         return time.perf_counter() - t
 
-    for cname in args.classes.split(","):
+    if args.mode == "both":
+        raise SystemExit("--mode both is for --forms; run the variants once per mode")
+    for cname in (args.classes or "gate,down,head").split(","):
         ws = classes[cname]
         nbytes = sum(a.nbytes for w in ws for a in w.tiles)
         for rows in (int(r) for r in args.rows.split(",")):
@@ -134,6 +147,129 @@ def steps(m, names: list[str], mods: list, rounds: int) -> None:
             print(f"{mode} forward of {rows} row(s): " + "; ".join(
                 f"{n} {np.median(res[(rows, n)]) * 1e3:.1f} ms x{np.median(base / np.array(res[(rows, n)])):.3f}"
                 for n in names), flush=True)
+    fp.set_activations("float32")
+
+
+def form_states(m) -> dict[str, list]:
+    """{"8": ..., "6": ...}: the assignments that put every 6-bit weight of model m in its int8-code form
+    (PackedWeight.recoded(8)) or back as loaded: (parameter, value) for the weights alone and (owner, joined,
+    [(parameter, view)]) for joined projections whose joined weight is 6-bit (the int8 form joined the same way)."""
+    states: dict[str, list] = {"6": [], "8": []}
+    in_joins = set()
+    for layer in (m.model.layers[i] for i in range(len(m.model.layers))):
+        a, mlp = layer.self_attn, layer.mlp
+        for owner, lins in ((a, (a.q_proj, a.k_proj, a.v_proj)), (mlp, (mlp.gate_proj, mlp.up_proj))):
+            j = getattr(owner, "joined", None)
+            if j is None or j[0].bits != 6:
+                continue
+            fused8 = j[0].recoded(8)
+            starts = np.cumsum([0] + [v.shape[0] for v in j[2][:-1]])
+            views8 = tuple(fused8.narrow(0, int(s0), v.shape[0]) for s0, v in zip(starts, j[2]))
+            states["6"].append((owner, j, [(lin.weight, v) for lin, v in zip(lins, j[2])]))
+            states["8"].append((owner, (fused8, j[1], views8), [(lin.weight, v) for lin, v in zip(lins, views8)]))
+            in_joins.update(id(lin.weight) for lin in lins[:j[1]])
+    for _, p in m.named_parameters():
+        if isinstance(p.value, PackedWeight) and p.value.bits == 6 and id(p) not in in_joins:
+            states["6"].append((p, p.value))
+            states["8"].append((p, p.value.recoded(8)))
+    return states
+
+
+def set_form(states: dict[str, list], form: str) -> None:
+    for item in states[form]:
+        if len(item) == 2:
+            item[0].update(item[1])
+        else:
+            owner, joined, views = item
+            for param, v in views:
+                param.update(v)
+            owner.joined = joined
+
+
+def ratio_text(a: list[float], b: list[float]) -> str:
+    """a's time over b's: the fastest rounds', and the median of the paired (same-round) ratios."""
+    return f"x{min(a) / min(b):.3f} (min) x{np.median(np.array(a) / np.array(b)):.3f} (median)"
+
+
+def forms(args) -> None:
+    """--forms: the int8-code form ("int8 codes") against the 6-bit form ("6-bit") of the same weights, with the
+    committed kernels, alternating round by round; every product / forward must give the same bits in both."""
+    from minitorch.cpu import packed as fp
+
+    m, _ = load_model("qwen2.5-coder-1.5b-instruct", progress=False)
+    if args.step:
+        return form_steps(m, args.rounds)
+    with minitorch.no_grad():
+        layers, head = m._fused(None)
+    classes = {n: [getattr(lw, n) for lw in layers] for n in ("q", "k", "v", "o", "gate", "up", "down")}
+    classes["head"] = [head]
+    rng = np.random.default_rng(0)
+    modes = ("int8", "float32") if args.mode == "both" else (args.mode,)
+    for cname in (args.classes or "v,down,head").split(","):
+        six = [w for w in classes[cname] if w.bits == 6]
+        if not six:
+            print(f"{cname}: no 6-bit weights", flush=True)
+            continue
+        pair = {"int8 codes": [w.recoded(8) for w in six], "6-bit": six}
+        nbytes = {f: sum(w.nbytes for w in ws) for f, ws in pair.items()}
+        for mode in modes:
+            for rows in (int(r) for r in args.rows.split(",")):
+                xs = [rng.standard_normal((rows, w.shape[1])).astype(np.float32) for w in six]
+                res: dict[str, list[float]] = {f: [] for f in pair}
+                ref = None
+                for rnd in range(args.rounds + 1):  # round 0 compiles and warms up
+                    for f in (list(pair) if rnd % 2 else list(pair)[::-1]):
+                        outs = [np.empty((rows, w.shape[0]), np.float32) for w in six]
+                        t = time.perf_counter()
+                        for w, x, o in zip(pair[f], xs, outs):
+                            if mode == "int8":
+                                fp.packed_linear_q8(x, w, o)
+                            else:
+                                fp.packed_rows(x, *w.tiles, w.block, w.per, w.bits, w.shape[0], o)
+                        if rnd:
+                            res[f].append(time.perf_counter() - t)
+                        if ref is None:
+                            ref = outs
+                        elif not all(np.array_equal(a, b) for a, b in zip(ref, outs)):
+                            raise SystemExit(f"the {f} form changed the results ({cname}, {mode}, {rows} rows)")
+                print(f"{mode} {cname} x{len(six)} {rows} row(s): " + "; ".join(
+                    f"{f} {nbytes[f] / 1e6:.0f} MB {np.median(res[f]) * 1e3:.2f} ms "
+                    f"{nbytes[f] / np.median(res[f]) / 1e9:.1f} GB/s" for f in pair)
+                    + "; int8 codes / 6-bit " + ratio_text(res["int8 codes"], res["6-bit"]), flush=True)
+
+
+def form_steps(m, rounds: int) -> None:
+    """Whole forwards over 1 and 5 new tokens (220-token context) with every 6-bit weight in either form."""
+    from minitorch.cpu import packed as fp
+
+    states = form_states(m)
+    count = {f: sum(len(it[2]) if len(it) == 3 else 1 for it in states[f]) for f in states}
+    print(f"6-bit weights swapped: {count['6']}", flush=True)
+    prompt = [int(i) for i in np.random.default_rng(0).integers(100, 20000, 220)]
+    names = {"8": "int8 codes", "6": "6-bit"}
+    for mode in ("float32", "int8"):
+        fp.set_activations(mode)
+        res: dict[tuple[int, str], list[float]] = {}
+        ref: dict[int, np.ndarray] = {}
+        with minitorch.no_grad():
+            cache = m.new_cache(600)
+            m(prompt, cache)
+            for rnd in range(2 * rounds + 2):  # two untimed rounds first
+                for f in (["8", "6"] if rnd % 2 else ["6", "8"]):
+                    set_form(states, f)
+                    for rows in (1, 5):
+                        t = time.perf_counter()
+                        out = m(prompt[:rows], cache).to_numpy()
+                        if rnd >= 2:
+                            res.setdefault((rows, f), []).append(time.perf_counter() - t)
+                        if not np.array_equal(ref.setdefault(rows, out), out):
+                            raise SystemExit(f"the {names[f]} form changed the logits ({mode}, {rows} rows)")
+                        cache.truncate(cache.length - rows)
+        set_form(states, "6")
+        for rows in (1, 5):
+            print(f"{mode} forward of {rows} row(s): " + "; ".join(
+                f"{names[f]} {np.median(res[(rows, f)]) * 1e3:.1f} ms" for f in ("8", "6"))
+                + "; int8 codes / 6-bit " + ratio_text(res[(rows, "8")], res[(rows, "6")]), flush=True)
     fp.set_activations("float32")
 
 
