@@ -119,35 +119,48 @@ def main() -> None:
                 f"x{np.median(base / np.array(res[n])):.3f}" for n in names), flush=True)
 
 
-def steps(m, names: list[str], mods: list, rounds: int) -> None:
-    """The model's forward over 1 and 5 new tokens with each variant's kernels swapped into minitorch.cpu.packed."""
+def time_forwards(m, variants: dict, rounds: int) -> dict:
+    """{(mode, rows): {name: [seconds]}}: the model's forward over 1 and 5 new tokens (220-token context) in both
+    activation modes, each variant put in place by its setup() before its forwards, in alternating order, two
+    untimed rounds first; a variant that changes the logits stops the run."""
     from minitorch.cpu import packed as fp
 
     prompt = [int(i) for i in np.random.default_rng(0).integers(100, 20000, 220)]
+    names = list(variants)
+    res: dict[tuple[str, int], dict[str, list[float]]] = {}
     for mode in ("float32", "int8"):
         fp.set_activations(mode)
-        res: dict[tuple[int, str], list[float]] = {}
         ref: dict[int, np.ndarray] = {}
         with minitorch.no_grad():
             cache = m.new_cache(600)
             m(prompt, cache)
-            for rnd in range(2 * rounds + 2):  # two untimed rounds first
-                for n, mod in (list(zip(names, mods)) if rnd % 2 else list(zip(names, mods))[::-1]):
-                    fp.packed_rows, fp.packed_rows_q8 = mod.packed_rows, mod.packed_rows_q8
+            for rnd in range(2 * rounds + 2):
+                for n in (names if rnd % 2 else names[::-1]):
+                    variants[n]()
                     for rows in (1, 5):
                         t = time.perf_counter()
                         out = m(prompt[:rows], cache).to_numpy()
                         if rnd >= 2:
-                            res.setdefault((rows, n), []).append(time.perf_counter() - t)
+                            res.setdefault((mode, rows), {}).setdefault(n, []).append(time.perf_counter() - t)
                         if not np.array_equal(ref.setdefault(rows, out), out):
-                            raise SystemExit(f"variant {n} changed the logits ({mode}, {rows} rows)")
+                            raise SystemExit(f"{n} changed the logits ({mode}, {rows} rows)")
                         cache.truncate(cache.length - rows)
-        for rows in (1, 5):
-            base = np.array(res[(rows, names[0])])
-            print(f"{mode} forward of {rows} row(s): " + "; ".join(
-                f"{n} {np.median(res[(rows, n)]) * 1e3:.1f} ms x{np.median(base / np.array(res[(rows, n)])):.3f}"
-                for n in names), flush=True)
     fp.set_activations("float32")
+    return res
+
+
+def steps(m, names: list[str], mods: list, rounds: int) -> None:
+    """The model's forward over 1 and 5 new tokens with each variant's kernels swapped into minitorch.cpu.packed."""
+    from minitorch.cpu import packed as fp
+
+    def swap(mod):
+        fp.packed_rows, fp.packed_rows_q8 = mod.packed_rows, mod.packed_rows_q8
+
+    res = time_forwards(m, {n: (lambda mod=mod: swap(mod)) for n, mod in zip(names, mods)}, rounds)
+    for (mode, rows), r in res.items():
+        base = np.array(r[names[0]])
+        print(f"{mode} forward of {rows} row(s): " + "; ".join(
+            f"{n} {np.median(r[n]) * 1e3:.1f} ms x{np.median(base / np.array(r[n])):.3f}" for n in names), flush=True)
 
 
 def form_states(m) -> dict[str, list]:
@@ -240,37 +253,15 @@ def forms(args) -> None:
 
 def form_steps(m, rounds: int) -> None:
     """Whole forwards over 1 and 5 new tokens (220-token context) with every 6-bit weight in either form."""
-    from minitorch.cpu import packed as fp
-
     states = form_states(m)
     count = {f: sum(len(it[2]) if len(it) == 3 else 1 for it in states[f]) for f in states}
     print(f"6-bit weights swapped: {count['6']}", flush=True)
-    prompt = [int(i) for i in np.random.default_rng(0).integers(100, 20000, 220)]
-    names = {"8": "int8 codes", "6": "6-bit"}
-    for mode in ("float32", "int8"):
-        fp.set_activations(mode)
-        res: dict[tuple[int, str], list[float]] = {}
-        ref: dict[int, np.ndarray] = {}
-        with minitorch.no_grad():
-            cache = m.new_cache(600)
-            m(prompt, cache)
-            for rnd in range(2 * rounds + 2):  # two untimed rounds first
-                for f in (["8", "6"] if rnd % 2 else ["6", "8"]):
-                    set_form(states, f)
-                    for rows in (1, 5):
-                        t = time.perf_counter()
-                        out = m(prompt[:rows], cache).to_numpy()
-                        if rnd >= 2:
-                            res.setdefault((rows, f), []).append(time.perf_counter() - t)
-                        if not np.array_equal(ref.setdefault(rows, out), out):
-                            raise SystemExit(f"the {names[f]} form changed the logits ({mode}, {rows} rows)")
-                        cache.truncate(cache.length - rows)
-        set_form(states, "6")
-        for rows in (1, 5):
-            print(f"{mode} forward of {rows} row(s): " + "; ".join(
-                f"{names[f]} {np.median(res[(rows, f)]) * 1e3:.1f} ms" for f in ("8", "6"))
-                + "; int8 codes / 6-bit " + ratio_text(res[(rows, "8")], res[(rows, "6")]), flush=True)
-    fp.set_activations("float32")
+    res = time_forwards(m, {"int8 codes": lambda: set_form(states, "8"), "6-bit": lambda: set_form(states, "6")},
+                        rounds)
+    set_form(states, "6")
+    for (mode, rows), r in res.items():
+        print(f"{mode} forward of {rows} row(s): " + "; ".join(f"{n} {np.median(r[n]) * 1e3:.1f} ms" for n in ("int8 codes", "6-bit"))
+              + "; int8 codes / 6-bit " + ratio_text(r["int8 codes"], r["6-bit"]), flush=True)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..packed import TILE
+from ..packed import TILE, inputs
 
 # up to this many activation rows use the row kernel (decode, verify of gamma <= 15); more use BLAS chunks
 MAX_ROWS = 16
@@ -500,6 +500,9 @@ def _block_sums(x: np.ndarray, block: int) -> np.ndarray:  # pragma: no cover - 
     return xs
 
 
+_inputs = njit(cache=True)(inputs)  # K from a tile row's code entries, inside the kernels below
+
+
 @njit(cache=True, parallel=True)
 def packed_rows(x: np.ndarray, qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, dmin: np.ndarray,
                 block: int, per: int, bits: int, n_len: int, out: np.ndarray) -> None:  # pragma: no cover - numba
@@ -508,7 +511,7 @@ def packed_rows(x: np.ndarray, qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m:
     factors d / dmin."""
     groups = qt.shape[0]
     nw = qt.shape[1]
-    k_len = nw * 8 if bits == 4 else nw // 3 * 16 if bits == 6 else nw  # inputs (minitorch/packed.py)
+    k_len = _inputs(nw, bits)
     rows = x.shape[0]
     nb = k_len // block
     ns = nb // per
@@ -546,7 +549,7 @@ def rebuild_tiles(qt: np.ndarray, sc: np.ndarray, d: np.ndarray, m: np.ndarray, 
     cores with them (a 40-row product of a 8960 x 1536 weight: 68 ms parallel vs 22 ms serial in a
     scratch test; with OPENBLAS_THREAD_TIMEOUT=4 the gap closed, but that is read when numpy loads)."""
     nw = qt.shape[1]
-    k_len = nw * 8 if bits == 4 else nw // 3 * 16 if bits == 6 else nw
+    k_len = _inputs(nw, bits)
     has_off = m.shape[1] > 0
     a = np.empty(TILE, dtype=np.float32)
     c = np.zeros(TILE, dtype=np.float32)
@@ -676,7 +679,7 @@ def packed_rows_q8(xq32: np.ndarray, xd: np.ndarray, xs: np.ndarray, xqs: np.nda
     8-bit codes with a block that is a multiple of 4); xq32 is the (R, K / 4) int32 view of quantize_rows' xq."""
     groups = qt.shape[0]
     nw = qt.shape[1]
-    k_len = nw * 8 if bits == 4 else nw // 3 * 16 if bits == 6 else nw  # inputs (minitorch/packed.py)
+    k_len = _inputs(nw, bits)
     rows = xq32.shape[0]
     nb = k_len // block
     ns = nb // per
