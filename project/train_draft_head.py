@@ -64,6 +64,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     t.add_argument("--ttt-steps", type=int, default=1, metavar="K",
                    help="training-time test (EAGLE-3): also train draft steps 2..K on the head's own outputs, as it "
                    "drafts (1..4; default 1: every position reads the target's features)")
+    t.add_argument("--precision", choices=("tf32", "fp32"), default="tf32",
+                   help="--backend cuda's float32 matrix products (the features' and the head's): tf32 on the tensor "
+                   "cores (10-bit mantissa inputs, fp32 sums; default) or fp32 (exact, ~5x slower); decoding never uses tf32")
+    t.add_argument("--feature-batch", type=int, default=None, metavar="TOKENS",
+                   help="the target's features: sequences a forward, up to TOKENS tokens with padding (default 8192 "
+                   "on cuda, 0 = one sequence a forward on the CPU)")
     t.add_argument("--clip", type=float, default=0.5, help="global gradient-norm clip (default 0.5; 0 = off)")
     t.add_argument("--seed", type=int, default=0, help="initialisation and batch-order seed (default 0)")
     t.add_argument("--eval-every", type=int, default=100, help="held-out evaluation every N steps (default 100)")
@@ -141,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
                                make_batches, save_checkpoint, time_bounded_total, train_step)
 
     backend = get_backend(args.backend)
+    if args.backend == "cuda":
+        from minitorch.cuda.blas import set_tf32
+
+        set_tf32(args.precision == "tf32")
     target, tok = load_model(args.target, backend=backend, progress=not args.quiet, weights=args.weights)
     fp = target_fingerprint(target)
     out = Path(args.output) if args.output else cache_root() / "heads" / fp
@@ -166,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     seqs = held + train  # held-out first: a time-limited extraction always has them
     store = FeatureStore(Path(args.features) if args.features else out / "features", seqs, target.config.hidden_size, fp)
-    store.extract(target, progress=not args.quiet, time_limit=args.time_limit / 2 if args.time_limit else None)
+    feature_batch = args.feature_batch if args.feature_batch is not None else (8192 if args.backend == "cuda" else 0)
+    store.extract(target, progress=not args.quiet, time_limit=args.time_limit / 2 if args.time_limit else None,
+                  batch_tokens=feature_batch)
     t_feat = time.perf_counter() - t0
     if store.done < len(seqs):
         if store.done <= len(held):

@@ -112,7 +112,8 @@ def test_reduce(op, dtype):
     from minitorch.cuda.launch import empty, reduce
 
     ref = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op]
-    for i, shape in enumerate([(7,), (3, 5), (2, 3, 4), (4, 5000), (3000, 3), (1, 100001)]):
+    for i, shape in enumerate([(7,), (3, 5), (2, 3, 4), (4, 5000), (3000, 3), (1, 100001), (3, 40000, 2),
+                               (2, 65536)]):
         x = rng(200 + i).standard_normal(shape).astype(np.float32)
         if op == "prod":
             x = 1 + 0.01 * x
@@ -125,6 +126,32 @@ def test_reduce(op, dtype):
             t = tol(dtype) if op != "sum" else dict(rtol=1e-4 if dtype == "float32" else 2e-2,
                                                     atol=1e-3 * np.sqrt(shape[dim]))
             np.testing.assert_allclose(down(out), want, **t, err_msg=f"{op} {shape} dim {dim}")
+
+
+def test_reduce_two_pass(monkeypatch):
+    """Few outputs over a long float32 dim run in two passes (launch._reduce_two_pass): counts of ones come out
+    exact (remainder or none, the dim inner or outer), and a mean over 2^21 elements equals float64's, as the
+    one-block kernel gives it."""
+    from minitorch.cuda import launch
+    from minitorch.cuda.launch import empty, reduce
+
+    calls = []
+    real = launch._reduce_two_pass
+    monkeypatch.setattr(launch, "_reduce_two_pass", lambda *a: (calls.append(a[-1]), real(*a)))
+    for shape, dim in [((1, 100001), 1), ((65536 * 2,), 0), ((40001, 3), 0), ((2, 50000, 3), 1)]:
+        a = up(np.ones(shape, np.float32), "float32")
+        out = empty(tuple(1 if d == dim else s for d, s in enumerate(shape)), "float32")
+        reduce("sum", a, dim, out)
+        assert (down(out) == shape[dim]).all(), (shape, dim, down(out).ravel()[:4])
+    assert calls == [100001, 131072, 40001, 50000]
+    x = rng(7).standard_normal(1 << 21).astype(np.float32)
+    out = empty((1,), "float32")
+    reduce("sum", up(x, "float32"), 0, out)
+    np.testing.assert_allclose(down(out)[0], x.astype(np.float64).sum(), rtol=0, atol=0.05)
+    monkeypatch.setattr(launch, "REDUCE_TWO_PASS", 1 << 40)  # the one-block kernel, for comparison
+    one = empty((1,), "float32")
+    reduce("sum", up(x, "float32"), 0, one)
+    np.testing.assert_allclose(down(out)[0], down(one)[0], rtol=0, atol=0.05)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

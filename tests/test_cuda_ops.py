@@ -172,3 +172,29 @@ def test_bf16_creation_from_numpy_and_full(cuda):
     assert o.dtype == "bfloat16"
     np.testing.assert_array_equal(o.to_numpy(), np.full((3, 5), 1.5, np.float32))
     np.testing.assert_array_equal(minitorch.ones((2,), backend=cuda, dtype="bfloat16").to_numpy(), [1.0, 1.0])
+
+
+def test_tf32_is_for_float32_products_only_and_switches_back(cuda):
+    """blas.set_tf32: float32 products on the tensor cores round their inputs to TF32 (errors near 2^-11 of the
+    operands, well over fp32's), within TF32's bound of float64's product; bf16 products are the same bits either
+    way; set_tf32(False) restores the exact fp32 products (the decode paths' only mode)."""
+    from minitorch.cuda.blas import set_tf32
+
+    r = np.random.default_rng(5)
+    a, b = r.standard_normal((96, 512)).astype(np.float32), r.standard_normal((512, 80)).astype(np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    ac, bc = (minitorch.from_numpy(x, backend=cuda) for x in (a, b))
+    fp32 = np.asarray((ac @ bc).to_numpy(), np.float64)
+    bf = np.asarray((ac.to("bfloat16") @ bc.to("bfloat16")).to("float32").to_numpy())
+    assert set_tf32(True) is False
+    try:
+        tf = np.asarray((ac @ bc).to_numpy(), np.float64)
+        bf_tf = np.asarray((ac.to("bfloat16") @ bc.to("bfloat16")).to("float32").to_numpy())
+    finally:
+        assert set_tf32(False) is True
+    bound = 2.0 ** -10 * (np.abs(a) @ np.abs(b))  # two inputs rounded to 10-bit mantissas
+    assert (np.abs(tf - ref) <= bound).all()
+    assert np.abs(tf - ref).max() > 20 * np.abs(fp32 - ref).max()  # it did run in TF32
+    np.testing.assert_array_equal(bf_tf, bf)
+    again = np.asarray((ac @ bc).to_numpy(), np.float64)
+    np.testing.assert_array_equal(again, fp32)

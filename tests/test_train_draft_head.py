@@ -390,3 +390,36 @@ def test_self_written_answers_are_held_out_by_question_and_reported(setup, tmp_p
     out = _train(root, "heldgen", "--max-steps", "2", "--heldout-generated", "3", "--generated", str(tmp_path / "self.jsonl"))
     ev = json.loads((out / "report.json").read_text())["evals"][-1]
     assert 0.0 <= ev["generated"]["top1"] <= 1.0 and len(ev["generated"]["top1_steps"]) == 3 and ev["generated"]["tokens"] > 0
+
+
+def test_batched_features_equal_one_sequence_a_forward(setup, tmp_path):
+    """--feature-batch: sequences of several lengths run together, right-padded, and every real position gets the
+    features a forward of its sequence alone gives (float16 on disk, so to float16's precision); a time limit that
+    stops between batches leaves a prefix done, and a later call finishes it to the same rows. Left padding (a
+    position reading padding before it) is shown to differ."""
+    from minitorch.models.draft_head import target_fingerprint
+    from training.data import Sequence_
+    from training.features import FeatureStore
+
+    model, tok, _, rows = setup
+    seqs = [Sequence_(ids=tok.encode(build_prompt(tok, r["question"]))[:n], n_prompt=4, source="test")
+            for r, n in zip(rows[:9], (40, 7, 33, 58, 12, 12, 60, 25, 3))]
+    assert len({len(s.ids) for s in seqs}) > 5
+    fp = target_fingerprint(model)
+    one = FeatureStore(tmp_path / "one", seqs, model.config.hidden_size, fp)
+    one.extract(model, progress=False)
+    many = FeatureStore(tmp_path / "many", seqs, model.config.hidden_size, fp)
+    many.extract(model, progress=False, batch_tokens=150, time_limit=0.0)  # stops after its first batch
+    assert 1 < many.done < len(seqs)
+    many.extract(model, progress=False, batch_tokens=150)
+    assert many.done == len(seqs)
+    for i in range(len(seqs)):
+        a, b = np.asarray(one.rows(i), np.float32), np.asarray(many.rows(i), np.float32)
+        np.testing.assert_allclose(b, a, rtol=2e-3, atol=2e-3, err_msg=f"sequence {i}")
+    # the padding's side matters: a sequence placed after padding reads it
+    ids = np.zeros((1, 60), np.int64)
+    ids[0, 60 - len(seqs[1].ids):] = seqs[1].ids
+    from minitorch import tensor as make_tensor
+    _, h = model(make_tensor(ids.tolist(), dtype="int64", backend=model.backend), None, last_n=1, return_hidden=True)
+    left = np.asarray(h.to_numpy(), np.float32)[0, 60 - len(seqs[1].ids):]
+    assert np.abs(left - np.asarray(one.rows(1), np.float32)).max() > 1e-2

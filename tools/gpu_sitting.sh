@@ -9,7 +9,9 @@
 #           $G, default 4), then new self-written text from START (default 5116) for the rest of the call
 #   train2  GPU 0: on from train1's head for TRAIN_LIMIT s with the same features (no extraction); GPU 1: more text
 #           from START2 (default START + 2080)
-#   bench   GPU 0: the head's benchmarks (both sets at gamma $G, MATH-500 at gamma 3 too); the head comes back
+#   bench   GPU 0: the head's benchmarks (both sets at gamma $G, MATH-500 at gamma 3 too) and, on one GPU (where
+#           train1 could not), the 0.5B draft's at gamma $G in the same call (KINDS, default "head model"); the head
+#           comes back
 # At most 8 files come back a call: each call packs its logs and texts into archives.
 set -u
 STEP="${1:-}"; O="${OUT:-/tmp/gpu}"; G="${G:-4}"; mkdir -p "$O"
@@ -44,7 +46,8 @@ train2)
   pack text2.tgz text2; pack train2.tgz head.json report.json loss.png train.log
   ;;
 bench)
-  CUDA_VISIBLE_DEVICES=0 SETS="gsm8k math500" KINDS=head BENCH_N=20 BENCH_LIMIT=110 bash tools/gpu_head.sh bench "$G"
+  K=head; [ "$NGPU" -ge 2 ] || K="head model"
+  CUDA_VISIBLE_DEVICES=0 SETS="gsm8k math500" KINDS="${KINDS:-$K}" BENCH_N=20 BENCH_LIMIT=110 bash tools/gpu_head.sh bench "$G"
   CUDA_VISIBLE_DEVICES=0 SETS=math500 KINDS=head BENCH_N=20 BENCH_LIMIT=110 bash tools/gpu_head.sh bench 3
   split -b 15000000 -d -a 1 /root/head/head.safetensors "$O/head.safetensors.part"
   pack logs.tgz "bench_*.log"

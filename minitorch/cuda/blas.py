@@ -20,6 +20,7 @@ from .runtime import get_cupy
 CUDA_R_32F = 0
 CUDA_R_16BF = 14
 CUBLAS_COMPUTE_32F = 68
+CUBLAS_COMPUTE_32F_FAST_TF32 = 77  # float32 GEMMs on the tensor cores (TF32 inputs: 10-bit mantissas), fp32 accumulation
 CUBLAS_GEMM_DEFAULT = -1
 OP_N, OP_T = 0, 1
 DTYPE_CODES = {"float32": CUDA_R_32F, "bfloat16": CUDA_R_16BF}
@@ -77,6 +78,7 @@ class Cublas:
         self._beta = ctypes.c_float(0.0)
         self._beta_other = ctypes.c_float(0.0)  # alpha/beta live as long as the handle (graph replays)
         self._stream: Optional[int] = None
+        self.fp32_compute = CUBLAS_COMPUTE_32F  # set_tf32(True): float32 GEMMs in TF32 (training, not decoding)
         gemm = self.lib.cublasGemmEx
         gemm.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                          ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
@@ -102,6 +104,11 @@ class Cublas:
             self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(ptr)), "cublasSetStream_v2")
             self._stream = ptr
 
+    def _compute(self, atype: int) -> int:
+        """cuBLAS compute type: fp32 accumulation always; TF32 tensor-core inputs only for float32 operands
+        after set_tf32(True)."""
+        return self.fp32_compute if atype == CUDA_R_32F else CUBLAS_COMPUTE_32F
+
     def gemm(self, ta: int, tb: int, m: int, n: int, k: int, a: int, atype: int, lda: int, b: int, btype: int,
              ldb: int, c: int, ctype: int, ldc: int, beta: float = 0.0) -> None:
         """Column-major C(m,n) = op(A) op(B) (+ beta C) with fp32 accumulation; pointers as ints."""
@@ -110,7 +117,7 @@ class Cublas:
             self._beta_other.value = beta
         bptr = ctypes.addressof(self._beta if beta == self._beta.value else self._beta_other)
         self._check(self.lib.cublasGemmEx(self.handle, ta, tb, m, n, k, ctypes.addressof(self._alpha), a, atype, lda,
-                                          b, btype, ldb, bptr, c, ctype, ldc, CUBLAS_COMPUTE_32F,
+                                          b, btype, ldb, bptr, c, ctype, ldc, self._compute(atype),
                                           CUBLAS_GEMM_DEFAULT), "cublasGemmEx")
 
     def gemm_batched(self, ta: int, tb: int, m: int, n: int, k: int, a: int, atype: int, lda: int, sa: int,
@@ -120,7 +127,7 @@ class Cublas:
         self.sync_stream()
         self._check(self.lib.cublasGemmStridedBatchedEx(
             self.handle, ta, tb, m, n, k, ctypes.addressof(self._alpha), a, atype, lda, sa, b, btype, ldb, sb,
-            ctypes.addressof(self._beta), c, ctype, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            ctypes.addressof(self._beta), c, ctype, ldc, sc, batch, self._compute(atype), CUBLAS_GEMM_DEFAULT),
             "cublasGemmStridedBatchedEx")
 
     def linear(self, x: int, w: int, y: int, M: int, N: int, K: int, xtype: int, wtype: int, ytype: int) -> None:
@@ -137,6 +144,16 @@ def cublas() -> Cublas:
     if _blas is None:
         _blas = Cublas()
     return _blas
+
+
+def set_tf32(on: bool) -> bool:
+    """float32 GEMMs through TF32 tensor cores (True) or exact fp32 (False, the default); returns the old setting.
+    For training (the draft head's steps, the target's features), never for decoding: the decode graphs keep bf16
+    weights and fp32 compute, so greedy speculative output stays equal to the target alone's either way."""
+    blas = cublas()
+    old = blas.fp32_compute == CUBLAS_COMPUTE_32F_FAST_TF32
+    blas.fp32_compute = CUBLAS_COMPUTE_32F_FAST_TF32 if on else CUBLAS_COMPUTE_32F
+    return old
 
 
 def data_ptr(arr: Any) -> int:

@@ -25,6 +25,8 @@ COMPARISONS = {"lt", "gt", "eq", "ne"}
 REDUCE_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3}
 THREADS = 256
 MAX_GRID = 65535 * 16
+REDUCE_CHUNK = 8192  # elements a warp reduces in pass 1 of a two-pass reduction (_reduce_two_pass)
+REDUCE_TWO_PASS = 4 * REDUCE_CHUNK  # float32 reductions of < 512 outputs over at least this many elements
 
 
 class View(NamedTuple):
@@ -208,10 +210,35 @@ def reduce(op: str, a: Any, dim: int, out: Any) -> None:
     meta = _meta(oshape, out.strides, tuple(a.strides))
     args = (ptr(a), ptr(out), meta, np.int64(nout), np.int64(R), np.int64(a.strides[dim]),
             np.int32(REDUCE_OPS[op]))
-    if nout < 512 and R > 2048:
+    if nout < 512 and R >= REDUCE_TWO_PASS and a.dtype == "float32":
+        _reduce_two_pass(op, a, dim, out, R)
+    elif nout < 512 and R > 2048:
         kernels().launch(f"reduce_block_{sfx}", (min(nout, MAX_GRID),), (THREADS,), args)
     else:
         kernels().launch(f"reduce_warp_{sfx}", _grid(nout * 32), (THREADS,), args)
+
+
+def _reduce_two_pass(op: str, a: Any, dim: int, out: Any, R: int) -> None:
+    """reduce() of few outputs over a long float32 dim in two passes: one block per output would run a whole
+    sum of 10^8 elements (the training loss's) on one SM for a second. Pass 1 reduces chunks of REDUCE_CHUNK
+    elements (one warp each, thousands at once) into a float32 buffer of partials, the remainder's own partial
+    last; pass 2 reduces the partials. Fixed chunks, no atomics: the same bits every run."""
+    c = REDUCE_CHUNK
+    P, rem = R // c, R % c
+    rs = a.strides[dim]
+    oshape = tuple(1 if i == dim else s for i, s in enumerate(a.shape))
+    parts = empty(oshape[:dim] + (P + (rem > 0),) + oshape[dim + 1:], "float32")
+    pst = parts.strides
+    # pass 1: a's first P * c elements along dim seen as (P, c), reduced over c into parts[..., :P, ...]
+    shape = a.shape[:dim] + (P, c) + a.shape[dim + 1:]
+    strides = a.strides[:dim] + (c * rs, rs) + a.strides[dim + 1:]
+    reduce(op, View(a.storage, shape, strides, a.dtype), dim + 1,
+           View(parts.storage, shape[:dim + 1] + (1,) + shape[dim + 2:], pst[:dim + 1] + (1,) + pst[dim + 1:],
+                "float32"))
+    if rem:  # the remainder's partial into parts[..., P, ...]
+        tail = View(a.storage[P * c * rs:], a.shape[:dim] + (rem,) + a.shape[dim + 1:], a.strides, a.dtype)
+        reduce(op, tail, dim, View(parts.storage[P * pst[dim]:], oshape, pst, "float32"))
+    reduce(op, parts, dim, out)  # pass 2
 
 
 def argmax_plan(n: int) -> Tuple[int, int]:

@@ -237,7 +237,9 @@ class Qwen2ForCausalLM(Module):
     def forward(self, ids: Union[Tensor, Sequence[int]], cache: Optional[KVCache] = None,
                 last_n: Optional[int] = None, head_rows: Optional[int] = None,
                 return_hidden: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]:
-        """Logits (1, T, V) for ids (1, T); with a cache, positions continue from cache.length.
+        """Logits (1, T, V) for ids (1, T); with a cache, positions continue from cache.length. Without a cache
+        ids may be a batch (B, T) of sequences (right-padded: a causal position never reads a later one), e.g.
+        the target's features for training a draft head.
 
         last_n: only return logits for the last n positions, (1, n, V); a prefill that needs just the
         next-token distribution skips most of the vocabulary projection (V x D per position).
@@ -245,8 +247,8 @@ class Qwen2ForCausalLM(Module):
         to the common tokens reads a slice of the vocabulary projection (a view, no copy)."""
         if not isinstance(ids, Tensor):
             ids = make_tensor([list(ids)], dtype="int64", backend=self.backend)
-        if ids.dims != 2 or ids.shape[0] != 1:
-            raise ValueError(f"ids must have shape (1, T), got {ids.shape}")
+        if ids.dims != 2 or ids.shape[0] < 1 or (ids.shape[0] != 1 and cache is not None):
+            raise ValueError(f"ids must have shape (1, T) (or (B, T) without a cache), got {ids.shape}")
         t = ids.shape[1]
         start = 0
         if cache is not None:
@@ -257,7 +259,7 @@ class Qwen2ForCausalLM(Module):
         sin = self._sin.narrow(0, start, t)  # (T, hd)
         if last_n is not None and not 1 <= last_n <= t:
             raise ValueError(f"last_n must be in [1, {t}], got {last_n}")
-        fused = self._fused(head_rows)
+        fused = self._fused(head_rows) if ids.shape[0] == 1 else None
         if fused is not None:
             return self._fused_forward(fused, ids, cache, last_n, return_hidden)
         h = self.model.embed_tokens(ids)  # (1, T, D)
