@@ -319,8 +319,23 @@ class MatMul(Function):
     def backward(ctx: Context, g: Tensor) -> tuple:
         a, b = ctx.saved_values
         ga = g @ b.transpose(-1, -2) if a.requires_grad else None
-        gb = a.transpose(-1, -2) @ g if b.requires_grad else None
+        gb = _matmul_weight_grad(a, b, g) if b.requires_grad else None
         return ga, gb
+
+
+def _matmul_weight_grad(a: Tensor, b: Tensor, g: Tensor) -> Tensor:
+    """d(a @ b)/db for the output gradient g. A 2-D b (a weight) shared by a's batch dims gets one product over
+    all of a's rows, a^T (K, rows) @ g (rows, N), instead of a batch of products summed afterwards (a (batch, K,
+    N) buffer and a reduction over it); and it comes out in b's own memory order, so a transposed weight's (the
+    view nn.linear multiplies by) is contiguous once transposed back and its gradients add as contiguous arrays."""
+    if b.dims != 2:
+        return a.transpose(-1, -2) @ g
+    a2 = a if a.dims == 2 else a.reshape(-1, a.shape[-1])  # (rows, K)
+    g2 = g if g.dims == 2 else g.reshape(-1, g.shape[-1])  # (rows, N)
+    st = b._tensor.strides
+    if b.shape[0] > 1 and b.shape[1] > 1 and st[0] == 1 and st[1] == b.shape[0]:  # b is a transposed view
+        return (g2.transpose(0, 1) @ a2).transpose(0, 1)
+    return a2.transpose(0, 1) @ g2
 
 
 # ---- views and casts ----------------------------------------------------------------------------

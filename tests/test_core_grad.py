@@ -121,6 +121,33 @@ def test_matmul_linear_grad(backend, n, k, m, seed):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_shared_weights_gradient_is_one_product_in_its_own_layout(backend):
+    """A weight used by a batch of rows (nn.linear on (B, T, in), three times as the draft head's training does)
+    gets its gradient from one (out, rows) @ (rows, in) product a use, no batched product summed afterwards, and
+    it lands contiguous; its values equal float64's sum over the rows."""
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((3, 4, 5)).astype(np.float32) for _ in range(3)]
+    gs = [rng.standard_normal((3, 4, 6)).astype(np.float32) for _ in range(3)]
+    w = minitorch.from_numpy(rng.standard_normal((6, 5)).astype(np.float32), backend=backend)
+    w.requires_grad_(True)
+    loss = None
+    for x, g in zip(xs, gs):
+        term = (nn.linear(minitorch.from_numpy(x, backend=backend), w) * minitorch.from_numpy(g, backend=backend)).sum()
+        loss = term if loss is None else loss + term
+    shapes = []
+    real = backend.matrix_multiply
+    backend.matrix_multiply = lambda a, b, out=None: (shapes.append((a.shape, b.shape)), real(a, b, out))[1]
+    try:
+        loss.backward()
+    finally:
+        backend.matrix_multiply = real
+    assert shapes == [((6, 12), (12, 5))] * 3, shapes
+    assert w.grad._tensor.is_contiguous()
+    want = sum(np.einsum("btn,btk->nk", g.astype(np.float64), x.astype(np.float64)) for x, g in zip(xs, gs))
+    np.testing.assert_allclose(np.asarray(w.grad.to_numpy()), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=10)
 @given(data=array_and_perm(lo=-2, hi=2), seed=st.integers(0, 99))
 def test_nn_grads(backend, data, seed):

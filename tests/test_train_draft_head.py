@@ -423,3 +423,29 @@ def test_batched_features_equal_one_sequence_a_forward(setup, tmp_path):
     _, h = model(make_tensor(ids.tolist(), dtype="int64", backend=model.backend), None, last_n=1, return_hidden=True)
     left = np.asarray(h.to_numpy(), np.float32)[0, 60 - len(seqs[1].ids):]
     assert np.abs(left - np.asarray(one.rows(1), np.float32)).max() > 1e-2
+
+
+def test_held_out_agreement_counts_the_targets_and_heads_argmax(setup, tmp_path):
+    """evaluate()'s top-1 (the argmaxes taken on the backend, only ids copied back) equals the count made on the
+    host from the full logits: the head's argmax over its ids against the target's over its whole vocabulary."""
+    from minitorch.models.draft_head import DraftHeadConfig, target_fingerprint
+    from training.data import Sequence_
+    from training.features import FeatureStore
+
+    model, tok, _, rows = setup
+    seqs = [Sequence_(ids=tok.encode(build_prompt(tok, r["question"]))[:n], n_prompt=3, source="test")
+            for r, n in zip(rows[:3], (30, 21, 26))]
+    store = FeatureStore(tmp_path / "f", seqs, model.config.hidden_size, target_fingerprint(model))
+    store.extract(model, progress=False)
+    head = DraftHead(DraftHeadConfig.for_target(model, 403, 96), model.backend, seed=4)
+    lm_rows = loop.dense_rows(model.lm_head_weight(), 403, model.backend)
+    b = loop.build_batch([0, 1, 2], seqs, store, model, lm_rows, model.backend, with_argmax=True)
+    nf = np.asarray(b.next_feats.to_numpy(), np.float64)
+    target_arg = (nf @ np.asarray(model.lm_head_weight().to_numpy(), np.float64).T).argmax(-1)
+    m = np.asarray(b.mask.to_numpy()) > 0
+    np.testing.assert_array_equal(b.next_argmax[m], target_arg[m])
+    g = np.asarray(head(b.feats, b.emb).to_numpy(), np.float64)
+    head_arg = (g @ np.asarray(lm_rows.to_numpy(), np.float64).T).argmax(-1)
+    ev = loop.evaluate(head, [[0, 1, 2]], seqs, store, model, lm_rows, 0.1)
+    assert ev["tokens"] == m.sum()
+    assert ev["top1"] == pytest.approx((head_arg[m] == target_arg[m]).mean())

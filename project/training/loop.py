@@ -94,7 +94,9 @@ def build_batch(idx: Sequence[int], seqs: Sequence[Sequence_], store: FeatureSto
         if with_argmax:
             full = nn.linear(next_feats, target.lm_head_weight())  # (B, T-1, V): the target's greedy choice
             vocab = min(target.config.vocab_size, full.shape[-1])
-            arg = np.asarray(full.to_numpy())[..., :vocab].argmax(-1)
+            if vocab < full.shape[-1]:
+                full = full.narrow(-1, 0, vocab)
+            arg = np.asarray(full.argmax(-1).to_numpy())  # on the backend: only the ids travel
     return Batch(feats, emb.contiguous(), next_feats, probs, from_numpy(mask, backend=backend), arg, int(mask.sum()))
 
 
@@ -177,7 +179,7 @@ def evaluate(head: DraftHead, batches: Sequence[list[int]], seqs: Sequence[Seque
                 mask = b.mask if j == 1 else ttt_step_mask(b.mask, j)
                 logits = head.logits(g, lm_rows, lm_rows.shape[0])
                 loss, _, _ = head_loss(g, logits, b.next_feats, b.probs, mask, ce_weight)
-                pred = np.asarray(logits.to_numpy()).argmax(-1)
+                pred = np.asarray(logits.argmax(-1).to_numpy())
                 m = np.asarray(mask.to_numpy()) > 0
                 n = float(m.sum())
                 tot["loss"][j - 1] += float(loss.item()) * n
