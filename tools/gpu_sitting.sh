@@ -3,7 +3,8 @@
 # workplace tool; its header gives the ~39 piece calls). Each call carries [".whl", "minitorch/cuda_kernels"] and
 # runs `bash tools/gpu_sitting.sh STEP`; a machine of two GPUs (nvidia-h200-x2) does the GPU-1 parts at the same time,
 # one GPU skips them. The head lives on the machine between calls (the machine goes back ~30 s after a call ends:
-# issue the next call at once) and comes back, in 15 MB parts, only with the last call.
+# issue the next call at once: the three in ONE message, since a turn's thinking outlasts the 30 s) and comes back,
+# in 15 MB parts, only with the last call.
 #   train1  GPU 0: a head from scratch (or INIT=DIR) for TRAIN_LIMIT s (default 530; the features, at most half of
 #           it, stay in /root/features); GPU 1: the 0.5B draft's benchmarks (GSM8K and MATH-500 first 20, gamma
 #           $G, default 4), then new self-written text from START (default 5116) for the rest of the call
@@ -52,6 +53,6 @@ bench)
   split -b 15000000 -d -a 1 /root/head/head.safetensors "$O/head.safetensors.part"
   pack logs.tgz "bench_*.log"
   ;;
-*) sed -n '2,14p' "$0"; exit 2;;
+*) sed -n '2,16p' "$0"; exit 2;;
 esac
 ls -la "$O"

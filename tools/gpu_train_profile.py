@@ -4,8 +4,11 @@ step by phase (batch, forward, backward, clip, Adam; synchronised between phases
 (minitorch/cuda/blas.py set_tf32), and the share of the step spent in cuBLAS (each GEMM timed alone).
 
     python tools/gpu_train_profile.py [--layers 4] [--batch 8] [--seq 1024] [--ttt 3]
+    python tools/gpu_train_profile.py --cpu [--batch 4] [--seq 128]
 
 The features' time is per layer of the target (multiply by its 28 layers); the step is the head's whole step.
+--cpu: the same step on FastBackend, A/B in one run: a shared weight's gradient as one product over all rows (the
+autodiff's MatMul backward now) against a batched product summed afterwards (before), alternating, medians.
 """
 from __future__ import annotations
 
@@ -55,7 +58,10 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--ttt", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--cpu", action="store_true", help="A/B the weight-gradient form on the CPU (no GPU needed)")
     args = ap.parse_args()
+    if args.cpu:
+        return cpu_ab(args)
 
     import cupy as cp
 
@@ -193,6 +199,50 @@ def main() -> int:
             per_kernel.clear()
         del head, opt
         cp.get_default_memory_pool().free_all_blocks()
+    return 0
+
+
+def cpu_ab(args) -> int:
+    import minitorch.tensor_functions as tf
+    from minitorch import Adam, FastBackend, from_numpy, nn, no_grad
+    from minitorch.models.draft_head import DraftHead, DraftHeadConfig, ttt_loss
+    from training.loop import clip_gradients, dense_rows
+
+    batch = args.batch if args.batch != 8 else 4
+    seq = args.seq if args.seq != 1024 else 128
+    target = random_target(1, FastBackend)
+    rng = np.random.default_rng(0)
+    mk = lambda: from_numpy(rng.standard_normal((batch, seq, 1536)).astype(np.float32), backend=FastBackend)  # noqa: E731
+    f, nf, emb = mk(), mk(), mk()
+    lm = dense_rows(target.lm_head_weight(), 32768, FastBackend)
+    with no_grad():
+        probs = nn.softmax(nn.linear(nf, lm), -1)
+    mask = from_numpy(np.ones((batch, seq), np.float32), backend=FastBackend)
+    now = tf._matmul_weight_grad
+    forms = {"one product (now)": now, "batched, summed after (before)": lambda a, b, g: a.transpose(-1, -2) @ g}
+    times: dict = {k: [] for k in forms}
+    for rep in range(args.steps + 1):
+        for name, fn in forms.items():
+            tf._matmul_weight_grad = fn
+            head = DraftHead(DraftHeadConfig.for_target(target, 32768, 3072), FastBackend, seed=0)
+            opt = Adam(head.parameters(), lr=1e-4)
+            t0 = time.perf_counter()
+            gs = head.forward_steps(f, emb, args.ttt)
+            loss, _ = ttt_loss(gs, [head.logits(g, lm, 32768) for g in gs], nf, probs, mask, 0.1)
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            clip_gradients(head.parameters(), 0.5)
+            opt.step()
+            t3 = time.perf_counter()
+            if rep:  # the first round warms up
+                times[name].append((t3 - t0, t2 - t1))
+            print(f"{name}: step {t3 - t0:.3f} s, backward {t2 - t1:.3f} s, loss {float(loss.item()):.6f}")
+    tf._matmul_weight_grad = now
+    med = {k: (float(np.median([a for a, _ in v])), float(np.median([b for _, b in v]))) for k, v in times.items()}
+    (n_step, n_bwd), (o_step, o_bwd) = med.values()
+    print(f"medians of {args.steps}, {batch} x {seq} tokens, --ttt {args.ttt}: step {o_step:.3f} -> {n_step:.3f} s "
+          f"({o_step / n_step:.2f}x), backward {o_bwd:.3f} -> {n_bwd:.3f} s ({o_bwd / n_bwd:.2f}x)")
     return 0
 
 
