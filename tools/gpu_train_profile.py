@@ -63,7 +63,9 @@ def main() -> int:
     if args.cpu:
         return cpu_ab(args)
 
-    import cupy as cp
+    from minitorch.cuda.runtime import cupy_or_exit
+
+    cp = cupy_or_exit("tools/gpu_train_profile.py")
 
     from minitorch import Adam, from_numpy, no_grad
     from minitorch.cuda import blas
