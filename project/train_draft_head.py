@@ -66,7 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "drafts (1..4; default 1: every position reads the target's features)")
     t.add_argument("--precision", choices=("tf32", "fp32"), default="tf32",
                    help="--backend cuda's float32 matrix products (the features' and the head's): tf32 on the tensor "
-                   "cores (10-bit mantissa inputs, fp32 sums; default) or fp32 (exact, ~5x slower); decoding never uses tf32")
+                   "cores (10-bit mantissa inputs, fp32 sums; default) or fp32 (exact; its products ~5x slower on an "
+                   "H200); decoding never uses tf32")
     t.add_argument("--feature-batch", type=int, default=None, metavar="TOKENS",
                    help="the target's features: sequences a forward, up to TOKENS tokens with padding (default 8192 "
                    "on cuda, 0 = one sequence a forward on the CPU)")

@@ -148,8 +148,8 @@ def cublas() -> Cublas:
 
 def set_tf32(on: bool) -> bool:
     """float32 GEMMs through TF32 tensor cores (True) or exact fp32 (False, the default); returns the old setting.
-    For training (the draft head's steps, the target's features), never for decoding: the decode graphs keep bf16
-    weights and fp32 compute, so greedy speculative output stays equal to the target alone's either way."""
+    Only project/train_draft_head.py turns it on (the head's steps, the target's features); no decoding program
+    does, and bf16 products keep fp32 compute either way."""
     blas = cublas()
     old = blas.fp32_compute == CUBLAS_COMPUTE_32F_FAST_TF32
     blas.fp32_compute = CUBLAS_COMPUTE_32F_FAST_TF32 if on else CUBLAS_COMPUTE_32F
