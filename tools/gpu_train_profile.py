@@ -5,11 +5,13 @@ products against TF32 (minitorch/cuda/blas.py set_tf32), then one features pass 
 and cuBLAS call timed alone (LaunchTimer).
 
     python tools/gpu_train_profile.py [--layers 4] [--batch 8] [--seq 1024] [--ttt 3] [--steps 3]
+    python tools/gpu_train_profile.py --ab [--batch 8] [--seq 1024] [--steps 3]
     python tools/gpu_train_profile.py --cpu [--batch 4] [--seq 128] [--steps 3]
 
 The features run --layers layers and print their time scaled to the 1.5B's 28; the step is the head's whole step.
---cpu: the same step on FastBackend, A/B in one run: a shared weight's gradient as one product over all rows (the
-autodiff's MatMul backward now) against a batched product summed afterwards (before), alternating, medians.
+--ab: only the weight-gradient A/B below, on the GPU (TF32 products, as train_draft_head.py trains there).
+--cpu: that A/B on FastBackend: a shared weight's gradient as one product over all rows (the autodiff's MatMul
+backward now) against a batched product summed afterwards (before), alternating, medians.
 """
 from __future__ import annotations
 
@@ -133,11 +135,23 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=None, help="tokens a sequence (default 1024; 128 with --cpu)")
     ap.add_argument("--ttt", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3, help="timed steps (after one warm-up)")
-    ap.add_argument("--cpu", action="store_true", help="A/B the weight-gradient form on the CPU (no GPU needed)")
+    ap.add_argument("--ab", action="store_true", help="only the weight-gradient A/B, on the GPU")
+    ap.add_argument("--cpu", action="store_true", help="the weight-gradient A/B on the CPU (no GPU needed)")
     args = ap.parse_args()
     args.batch = args.batch or (4 if args.cpu else 8)
     args.seq = args.seq or (128 if args.cpu else 1024)
-    return cpu_ab(args) if args.cpu else gpu_profile(args)
+    if args.cpu:
+        from minitorch import FastBackend
+        return weight_grad_ab(args, FastBackend, lambda: None)
+    if args.ab:
+        from minitorch.cuda import blas
+        from minitorch.cuda.ops import make_cuda_backend
+        from minitorch.cuda.runtime import cupy_or_exit
+
+        cp = cupy_or_exit("tools/gpu_train_profile.py")
+        blas.set_tf32(True)
+        return weight_grad_ab(args, make_cuda_backend(), cp.cuda.get_current_stream().synchronize)
+    return gpu_profile(args)
 
 
 def gpu_profile(args) -> int:
@@ -210,15 +224,17 @@ def gpu_profile(args) -> int:
     return 0
 
 
-def cpu_ab(args) -> int:
+def weight_grad_ab(args, backend, sync) -> int:
+    """The head's training step with each weight-gradient form, alternating on one batch: medians of the step and
+    of its backward."""
     import minitorch.tensor_functions as tf
-    from minitorch import Adam, FastBackend
+    from minitorch import Adam
     from minitorch.models.draft_head import DraftHead, DraftHeadConfig
     from training.loop import dense_rows
 
-    target = random_target(1, FastBackend)
+    target = random_target(1, backend)
     rng = np.random.default_rng(0)
-    lm_rows = dense_rows(target.lm_head_weight(), 32768, FastBackend)
+    lm_rows = dense_rows(target.lm_head_weight(), 32768, backend)
     b = random_batch(target, lm_rows, rng.standard_normal((args.batch, args.seq + 1, 1536)).astype(np.float16),
                      rng.integers(0, 32768, (args.batch, args.seq + 1)))
     now = tf._matmul_weight_grad
@@ -228,8 +244,8 @@ def cpu_ab(args) -> int:
         for rep in range(args.steps + 1):
             for name, fn in forms.items():
                 tf._matmul_weight_grad = fn
-                head = DraftHead(DraftHeadConfig.for_target(target, 32768, 3072), FastBackend, seed=0)
-                ph, loss = step_phases(head, Adam(head.parameters(), lr=1e-4), b, lm_rows, args.ttt, lambda: None)
+                head = DraftHead(DraftHeadConfig.for_target(target, 32768, 3072), backend, seed=0)
+                ph, loss = step_phases(head, Adam(head.parameters(), lr=1e-4), b, lm_rows, args.ttt, sync)
                 if rep:  # the first round warms up
                     times[name].append((sum(ph.values()), ph["backward"]))
                 print(f"{name}: step {sum(ph.values()):.3f} s, backward {ph['backward']:.3f} s, loss {loss:.6f}")
