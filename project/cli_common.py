@@ -41,9 +41,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help=f"draft model for --drafter model: registry name, folder or GGUF file (default {DEFAULT_DRAFT})")
     g.add_argument("--drafter", choices=("auto", "model", "ngram", "head"), default="auto",
                    help="who proposes tokens: the draft model, prompt lookup (n-gram match, no second model), or a "
-                   "draft head trained for the target (project/train_draft_head.py). auto (default): on the CPU the "
-                   "head when --head is given or the cache holds one for this target (at gamma 3 unless --gamma is "
-                   "given), else the draft model; the draft model on the GPU")
+                   "draft head trained for the target (project/train_draft_head.py). auto (default): the head "
+                   "when --head is given or the cache holds one for this target (at gamma 3 on the CPU, 4 on the "
+                   "CUDA-graph path, unless --gamma is given), else the draft model")
     g.add_argument("--head", default=None, metavar="DIR",
                    help="the draft head's folder for --drafter head (default: the cache's head for this target)")
     g.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
@@ -132,10 +132,12 @@ def sampling_from_args(args: argparse.Namespace) -> SamplingConfig:
 
 
 DEFAULT_GAMMA = 4  # the draft model's tokens a round
-# --drafter auto on the CPU takes a head for the target where one exists: round 17's head drafted GSM8K's first 20
-# (256 new tokens, Intel Xeon VM, docs/RESULTS.md) at 1.37x (CI 1.32-1.43) over the target alone at gamma 3, the 0.5B
-# draft at its default gamma 4 at 1.27x (1.24-1.30). On the GPU the 0.5B stays: the head trails it on MATH-500.
+# --drafter auto takes a head for the target where one exists. CPU: round 17's head drafted GSM8K's first 20 (256 new
+# tokens, Intel Xeon VM, docs/RESULTS.md) at 1.37x (CI 1.32-1.43) over the target alone at gamma 3, the 0.5B draft at
+# its default gamma 4 at 1.27x (1.24-1.30). CUDA-graph path (one H200, round 20, docs/results/2026-12-04_h200_round20):
+# the head at gamma 4 2.20x on GSM8K and 2.01x on MATH-500 first 20, the 0.5B 1.60x and 1.68x in the same sitting.
 HEAD_CPU_GAMMA = 3
+HEAD_GPU_GAMMA = 4
 GPU_DEFAULT_EXTEND = (3, 4)  # (gamma, --draft-extend) on the CUDA-graph path: 8 verify rows, the best measured
 
 
@@ -152,6 +154,7 @@ def check_spec_args(args: argparse.Namespace) -> None:
     """Refuse bad --gamma / --max-new-tokens before anything is loaded; fill in the defaults of --gamma and
     --draft-extend (default_draft_extend), so every later reader sees the values the run uses."""
     args.gamma_given = args.gamma is not None  # resolve_drafter sets the head's gamma only when none was given
+    args.extend_given = getattr(args, "draft_extend", 0) is not None  # a default extend does not ask for the model
     if getattr(args, "draft_extend", 0) is None:
         args.draft_extend = default_draft_extend(args)
         if args.gamma is None and args.draft_extend:
@@ -338,19 +341,22 @@ def cached_head(target: Any) -> Any:
 
 
 def resolve_drafter(args: argparse.Namespace, target: Any) -> None:
-    """--drafter auto, the one place it is decided (load_models calls it; load_gpu_decoders with target None). On the
-    CPU "head" when --head is given, or when the cache holds a head for this target (cached_head) and no flag of the
-    draft model's (--draft other than the default, --draft-extend, --draft-vocab) was given; its gamma HEAD_CPU_GAMMA
-    unless --gamma was given. Else, and always on the GPU, "model". A fresh clone has no head: the 0.5B drafts."""
+    """--drafter auto, the one place it is decided (load_models and load_gpu_decoders call it with the target's CPU
+    model; None: no head). "head" when --head is given, or when the cache holds a head for this target (cached_head)
+    and no flag of the draft model's (--draft other than the default, a --draft-extend given, --draft-vocab) was
+    given; its gamma HEAD_GPU_GAMMA on the CUDA-graph path (the default --draft-extend, the draft model's, dropped)
+    and HEAD_CPU_GAMMA elsewhere, unless --gamma was given. Else "model". A fresh clone has no head: the 0.5B drafts."""
     if getattr(args, "drafter", "model") != "auto":
         return
-    model_flags = (str(getattr(args, "draft", DEFAULT_DRAFT)) != DEFAULT_DRAFT or getattr(args, "draft_extend", 0)
+    extend = getattr(args, "draft_extend", 0) if getattr(args, "extend_given", True) else 0
+    model_flags = (str(getattr(args, "draft", DEFAULT_DRAFT)) != DEFAULT_DRAFT or extend
                    or getattr(args, "draft_vocab", 0))
     folder = None if target is None or model_flags else getattr(args, "head", None) or cached_head(target)
     args.drafter = "model" if folder is None else "head"
     if folder is not None:
+        args.draft_extend = 0
         if not getattr(args, "gamma_given", True):
-            args.gamma = HEAD_CPU_GAMMA
+            args.gamma = HEAD_GPU_GAMMA if graph_decoders(args) else HEAD_CPU_GAMMA
         print(f"[--drafter auto: the draft head in {folder}, gamma {args.gamma}; --drafter model drafts with "
               f"{DEFAULT_DRAFT}]", file=sys.stderr)
 
@@ -394,7 +400,6 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
     from minitorch.models import check_compatible, load_model
 
     require_gpu()
-    resolve_drafter(args, None)  # --drafter auto: the draft model here
     from minitorch.cuda.decoder import CudaDecoder, int8_unsupported, weights_from_model
 
     t0 = time.perf_counter()
@@ -422,6 +427,7 @@ def load_gpu_decoders(args: argparse.Namespace, need_draft: bool | None = None, 
 
     target, tok = decoder(args.target, gemv, role="target")
     target_model = loaded.pop("target")
+    resolve_drafter(args, target_model)  # --drafter auto: the cache's head for this target where there is one
     # the draft's (and a draft head's) bits never reach the output (the target's verify decides every token), so
     # it runs the fastest kernels at each step size whatever the target's exact mode
     dgemv = getattr(args, "gpu_draft_gemv", "auto")

@@ -434,10 +434,11 @@ def test_speculative_with_a_packed_head_equals_the_target_alone(packed_target):
 
 # -- --drafter auto: the head is the CPU's default where one exists ------------------------------------------------
 
-def test_drafter_auto_takes_the_cache_head_on_the_cpu_only(target, tmp_path, monkeypatch):
+def test_drafter_auto_takes_the_cache_head_where_one_exists(target, tmp_path, monkeypatch):
     """--drafter auto (the default): the draft model while the cache holds no head for the target; once one is saved
-    where train_draft_head puts it (default_head_dir), the head at gamma HEAD_CPU_GAMMA; --gamma, --draft or
-    --backend cuda keep their meaning."""
+    where train_draft_head puts it (default_head_dir), the head at gamma HEAD_CPU_GAMMA on the CPU and
+    HEAD_GPU_GAMMA on the CUDA-graph path (without the draft model's default --draft-extend); --gamma, --draft,
+    a --draft-extend given keep their meaning."""
     sys.path.insert(0, str(ROOT / "project"))
     import cli_common as cc
 
@@ -451,17 +452,22 @@ def test_drafter_auto_takes_the_cache_head_on_the_cpu_only(target, tmp_path, mon
         p.add_argument("--max-new-tokens", type=int, default=8)
         args = p.parse_args(["--target", str(path), *argv])
         cc.check_spec_args(args)
-        cc.resolve_drafter(args, model if args.backend == "cpu" else None)  # as load_models calls it
-        return args.drafter, args.gamma
+        cc.resolve_drafter(args, model)  # as load_models and load_gpu_decoders call it, with the target's CPU model
+        return args.drafter, args.gamma, args.draft_extend
 
-    assert resolved() == ("model", cc.DEFAULT_GAMMA)  # a fresh clone: no head anywhere
+    gpu_model = ("model", *cc.GPU_DEFAULT_EXTEND)  # the 0.5B with prompt lookup after its drafts
+    assert resolved() == ("model", cc.DEFAULT_GAMMA, 0)  # a fresh clone: no head anywhere
+    assert resolved("--backend", "cuda") == gpu_model
     DraftHead(_cfg(model), model.backend, seed=3).save(cc.default_head_dir(model))
-    assert resolved() == ("head", cc.HEAD_CPU_GAMMA)
-    assert resolved("--gamma", "5") == ("head", 5)
-    assert resolved("--draft", str(path)) == ("model", cc.DEFAULT_GAMMA)  # a draft model asked for by name
-    assert resolved("--drafter", "model") == ("model", cc.DEFAULT_GAMMA)
-    assert resolved("--draft-extend", "2") == ("model", cc.DEFAULT_GAMMA)  # a draft model's flag
-    assert resolved("--backend", "cuda") == ("model", cc.GPU_DEFAULT_EXTEND[0])  # the 0.5B stays the GPU's default
+    assert resolved() == ("head", cc.HEAD_CPU_GAMMA, 0)
+    assert resolved("--gamma", "5") == ("head", 5, 0)
+    assert resolved("--draft", str(path)) == ("model", cc.DEFAULT_GAMMA, 0)  # a draft model asked for by name
+    assert resolved("--drafter", "model") == ("model", cc.DEFAULT_GAMMA, 0)
+    assert resolved("--draft-extend", "2") == ("model", cc.DEFAULT_GAMMA, 2)  # a draft model's flag
+    assert resolved("--backend", "cuda") == ("head", cc.HEAD_GPU_GAMMA, 0)  # the default extend is the model's
+    assert resolved("--backend", "cuda", "--gamma", "5") == ("head", 5, 0)
+    assert resolved("--backend", "cuda", "--draft-extend", "4") == ("model", cc.DEFAULT_GAMMA, 4)
+    assert resolved("--backend", "cuda", "--dtype", "float32") == ("head", cc.HEAD_CPU_GAMMA, 0)  # the eager engine
 
 
 def test_demo_drafts_with_the_cache_head_and_equals_the_target(target, tmp_path, monkeypatch):
