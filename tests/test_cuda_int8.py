@@ -55,6 +55,7 @@ def _cli(monkeypatch, hidden):
     monkeypatch.setattr(decmod, "CudaDecoder", _Decoder)
     monkeypatch.setattr(decmod, "weights_from_model", lambda m: m)
     monkeypatch.setattr(launch, "tensor_cores_supported", lambda: True)
+    monkeypatch.setattr(cli_common, "cached_head", lambda target: None)  # no head saved: auto drafts with the model
     p = argparse.ArgumentParser()
     cli_common.add_model_args(p)
     _Decoder.built = []
