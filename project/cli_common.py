@@ -42,8 +42,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--drafter", choices=("auto", "model", "ngram", "head"), default="auto",
                    help="who proposes tokens: the draft model, prompt lookup (n-gram match, no second model), or a "
                    "draft head trained for the target (project/train_draft_head.py). auto (default): the head "
-                   "when --head is given or the cache holds one for this target (at gamma 3 on the CPU, 4 on the "
-                   "CUDA-graph path, unless --gamma is given), else the draft model")
+                   "when --head is given or the cache holds one for this target (at gamma 4 on the CUDA-graph "
+                   "path, 3 elsewhere, unless --gamma is given), else the draft model")
     g.add_argument("--head", default=None, metavar="DIR",
                    help="the draft head's folder for --drafter head (default: the cache's head for this target)")
     g.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
