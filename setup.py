@@ -12,7 +12,7 @@ setup(
     name="minitorch-spec",
     version="0.1.0",
     description="Speculative decoding for reasoning models on MiniTorch, a from-scratch tensor framework",
-    packages=find_packages(include=["minitorch", "minitorch.*"]),
+    packages=find_packages(include=["minitorch", "minitorch.*", "project", "project.*"]),
     package_data={"minitorch": ["cuda_kernels/*"]},
     python_requires=">=3.10",
     install_requires=requirements,

@@ -13,12 +13,9 @@ Writes results/gsm8k/<dataset>.jsonl (one line per problem and mode), <...>.summ
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # project/ modules
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # minitorch from the checkout
 
-from evaluation.cli import BenchSpec, main  # noqa: E402
+from project.evaluation.cli import BenchSpec, main
 
 GSM8K = BenchSpec(
     name="gsm8k",

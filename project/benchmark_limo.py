@@ -13,12 +13,9 @@ chat template with "Please reason step by step, and put your final answer within
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # project/ modules
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # minitorch from the checkout
 
-from evaluation.cli import BenchSpec, main  # noqa: E402
+from project.evaluation.cli import BenchSpec, main
 
 LIMO = BenchSpec(
     name="limo",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from minitorch.generation import ExtendedDrafter, ModelDrafter, NGramDrafter, SamplingConfig
-from one_line_parser import EXIT_USER_ERROR, OneLineParser  # noqa: F401  (re-exported for the programs)
+from project.one_line_parser import EXIT_USER_ERROR, OneLineParser  # noqa: F401  (re-exported for the programs)
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"

@@ -15,13 +15,10 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # project/ modules
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # minitorch from the checkout
 
-from cli_common import (
+from project.cli_common import (
     Models, OneLineParser, UserError, add_model_args, add_sampling_args, add_spec_args, check_spec_args,
     encode_prompt, load_models, run_cli, sampling_from_args, warm_up)
 from minitorch.generation import GenerationResult, SamplingConfig

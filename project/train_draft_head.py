@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # project/ modules
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # minitorch from the checkout
 
-from cli_common import DEFAULT_TARGET, OneLineParser, UserError, get_backend, run_cli  # noqa: E402
-from evaluation.data import DEFAULT_DATA_DIR, data_stem  # noqa: E402
+from project.cli_common import DEFAULT_TARGET, OneLineParser, UserError, get_backend, run_cli
+from project.evaluation.data import DEFAULT_DATA_DIR, data_stem
 
 DEFAULT_DATA = DEFAULT_DATA_DIR / "gsm8k" / "train.jsonl.gz"
 TTT_MAX_STEPS = 4  # minitorch.models.draft_head.TTT_MAX_STEPS (not imported here: --help stays light)
@@ -105,7 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def load_sequences(args: argparse.Namespace, tok):
-    from training.data import generated_sequences, gsm8k_sequences, read_rows, split_heldout
+    from project.training.data import generated_sequences, gsm8k_sequences, read_rows, split_heldout
 
     rows = read_rows(args.data_file)
     if args.limit is not None:
@@ -143,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     from minitorch import Adam
     from minitorch.models import cache_root, load_model
     from minitorch.models.draft_head import DraftHead, DraftHeadConfig, load_head, target_fingerprint, ttt_weights
-    from training.features import FeatureStore
-    from training.loop import (TrainState, build_batch, dense_rows, evaluate, load_checkpoint, lr_at,
+    from project.training.features import FeatureStore
+    from project.training.loop import (TrainState, build_batch, dense_rows, evaluate, load_checkpoint, lr_at,
                                make_batches, save_checkpoint, time_bounded_total, train_step)
 
     backend = get_backend(args.backend)

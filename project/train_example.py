@@ -6,15 +6,12 @@ moons-like spirals), printing loss and accuracy per epoch.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 from typing import Dict, List, Tuple
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # minitorch from the checkout
-import minitorch  # noqa: E402
-from minitorch import Module, Parameter, nn  # noqa: E402
+import minitorch
+from minitorch import Module, Parameter, nn
 
 
 def make_data(n: int, seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:

@@ -26,10 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # project/ modules
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # minitorch from the checkout
 
-from cli_common import OneLineParser, UserError, run_cli  # noqa: E402
+from project.cli_common import OneLineParser, UserError, run_cli
 
 # MATH's seven subjects (Hendrycks et al. 2021) and topics within each; item i takes combination i of their
 # product with levels 1-5, in a fixed shuffled order, so any prefix of a run spreads over all subjects
@@ -94,7 +92,7 @@ def problem_prompt(tok: Any, subject: str, topic: str, level: int) -> list[int]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from evaluation.engine import add_engine_args
+    from project.evaluation.engine import add_engine_args
 
     p = OneLineParser(description="The target writes math problems, then answers them: training text for a draft "
                       "head that is not an evaluation set.")
@@ -132,9 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from tqdm import tqdm
 
-    from evaluation.data import build_prompt, read_json_rows
-    from evaluation.engine import load_engine
-    from training.data import is_evaluation_question
+    from project.evaluation.data import build_prompt, read_json_rows
+    from project.evaluation.engine import load_engine
+    from project.training.data import is_evaluation_question
 
     out = Path(args.output)
     done = {r.get("id") for r in read_json_rows(out)} if out.exists() else set()

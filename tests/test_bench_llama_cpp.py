@@ -4,13 +4,11 @@ reports AMX), and that a crashing llama.cpp program becomes a one-line BenchErro
 the probe, the pip download and the CMake steps of each build: tests/test_llama_cpp_bench.py."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "project" / "bench"))
-import llama_cpp  # noqa: E402
+from project.bench import llama_cpp
 
 THIS_VM = set("fpu sse4_2 avx avx2 bmi2 fma f16c avx512f avx512cd avx512vl avx512dq avx512bw avx512vbmi avx512_vnni "
               "avx512_bf16 amx_tile amx_int8 amx_bf16".split())

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from evaluation.engine import run_config
-from evaluation.runner import read_results, round_log_stats, thirds_counts
-from evaluation.data import Problem
-from evaluation.summary import _pool_positions, bootstrap_speedup, format_table, summarize
+from project.evaluation.engine import run_config
+from project.evaluation.runner import read_results, round_log_stats, thirds_counts
+from project.evaluation.data import Problem
+from project.evaluation.summary import _pool_positions, bootstrap_speedup, format_table, summarize
 
 
 # ----------------------------------------------------------------------------- summary arithmetic
@@ -100,8 +100,8 @@ class IdTokenizer:
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_run_loop_on_the_real_engine(tmp_path, temperature):
     gen = pytest.importorskip("minitorch.generation")
-    from evaluation.runner import run_benchmark
-    from evaluation.engine import engine_generators
+    from project.evaluation.runner import run_benchmark
+    from project.evaluation.engine import engine_generators
     from test_generation_fakes import FakeModel
 
     tok = IdTokenizer()
@@ -168,8 +168,8 @@ def qwen2_pair(tmp_path_factory):
 
 def test_gsm8k_program_end_to_end_on_small_random_qwen2(tmp_path, qwen2_pair, capsys):
     """The real load path (cli_common), spec + target + transformers baselines, on 3 GSM8K problems."""
-    from benchmark_gsm8k import GSM8K
-    from evaluation.cli import main
+    from project.benchmark_gsm8k import GSM8K
+    from project.evaluation.cli import main
     target, draft = qwen2_pair
     out = tmp_path / "r.jsonl"
     argv = ["--target", str(target), "--draft", str(draft), "--limit", "3", "--max-new-tokens", "12",
@@ -194,7 +194,7 @@ def test_gsm8k_program_end_to_end_on_small_random_qwen2(tmp_path, qwen2_pair, ca
 
 
 def test_result_config_names_the_gpu_paths_on_cuda_only():
-    from evaluation.cli import BenchSpec, build_parser
+    from project.evaluation.cli import BenchSpec, build_parser
 
     p = build_parser(BenchSpec("gsm8k", ("gsm8k",), "gsm8k", 64, "test"))
     cpu = run_config(p.parse_args([]))

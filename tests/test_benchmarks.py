@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmark_gsm8k import GSM8K
-from benchmark_limo import LIMO
-from evaluation.runner import VOLATILE_FIELDS, read_results
-from evaluation.cli import main
-from evaluation.data import DEFAULT_DATA_DIR
-from evaluation.engine import Engine
+from project.benchmark_gsm8k import GSM8K
+from project.benchmark_limo import LIMO
+from project.evaluation.runner import VOLATILE_FIELDS, read_results
+from project.evaluation.cli import main
+from project.evaluation.data import DEFAULT_DATA_DIR
+from project.evaluation.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD_FIELDS = {
@@ -330,7 +330,7 @@ def test_resume_after_one_mode_of_a_problem_runs_only_the_other(tmp_path, data_f
 
 def test_resume_check_catches_problems_counted_done_by_id(tmp_path, data_file, monkeypatch):
     """A resume that counts a problem done once any of its modes is recorded fails the check above."""
-    from evaluation import runner as evaluation
+    from project.evaluation import runner as evaluation
 
     real = evaluation.read_results
 
@@ -353,7 +353,7 @@ def test_foreign_file_as_output_is_refused_not_truncated(tmp_path, data_file, ca
 
 CHILD = """
 import sys
-sys.path[:0] = [{project!r}, {tests!r}, {root!r}]
+sys.path[:0] = [{tests!r}, {root!r}]
 import test_benchmarks as t
 sys.exit(t.run({argv!r}, t.FakeEngine(sleep_at=1)))
 """
@@ -363,7 +363,7 @@ sys.exit(t.run({argv!r}, t.FakeEngine(sleep_at=1)))
 def test_kill_mid_run_keeps_finished_problems(tmp_path, data_file, sig, rc):
     out = tmp_path / "r.jsonl"
     argv = ["--data-file", str(data_file), "--limit", "3", "-o", str(out), "--no-plots"]
-    code = CHILD.format(project=str(ROOT / "project"), tests=str(ROOT / "tests"), root=str(ROOT), argv=argv)
+    code = CHILD.format(tests=str(ROOT / "tests"), root=str(ROOT), argv=argv)
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while len(read_results(out)) < 2 and time.time() < deadline:  # problem 1 done, problem 2 sleeping
@@ -399,7 +399,7 @@ def test_limo_program_on_amc23_floats(tmp_path):
     ("aime24", 30, "aime24-60"), ("amc23", 40, "amc23-0"),
 ])
 def test_named_datasets_load_from_the_repositorys_data(name, count, first_id):
-    from evaluation.data import load_problems
+    from project.evaluation.data import load_problems
 
     problems = load_problems(name)
     assert len(problems) == count and problems[0].id == first_id
@@ -407,7 +407,7 @@ def test_named_datasets_load_from_the_repositorys_data(name, count, first_id):
 
 
 def test_hub_dataset_without_datasets_package_is_a_clear_error():
-    from evaluation.data import BenchmarkError, load_problems
+    from project.evaluation.data import BenchmarkError, load_problems
 
     try:
         import datasets  # noqa: F401
@@ -420,7 +420,7 @@ def test_hub_dataset_without_datasets_package_is_a_clear_error():
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7])
 def test_shards_partition_the_selection(n):
-    from evaluation.data import Problem, select_problems
+    from project.evaluation.data import Problem, select_problems
 
     problems = [Problem(f"p{i}", i, "q", "1") for i in range(20)]
     chosen = [p for i in range(n) for p in select_problems(problems, 3, 11, (i, n))]

@@ -68,7 +68,7 @@ def test_sgd_and_adam_steps(backend):
 def test_mlp_training_reaches_accuracy():
     """The README's example: a 2-hidden-layer MLP trained with Adam reaches >= 95% accuracy on the
     two-moons task and the loss falls by more than 10x."""
-    import train_example
+    from project import train_example
     hist = train_example.train(epochs=60, verbose=False)
     assert hist[-1]["accuracy"] >= 0.95
     assert hist[-1]["loss"] < 0.1 * hist[0]["loss"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import throughput as bt
+from project.bench import throughput as bt
 from minitorch.generation.stats import expected_tokens_per_round
 from test_models_util import hf_qwen2, save_hf, tiny_bpe, write_gguf
 

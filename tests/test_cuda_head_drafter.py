@@ -434,7 +434,7 @@ def _args(**kw):
 
 
 def test_cli_graph_path_no_longer_refuses_a_head(monkeypatch):
-    import cli_common
+    from project import cli_common
 
     seen = {}
     monkeypatch.setattr(cli_common, "load_gpu_decoders",
@@ -453,7 +453,7 @@ def test_cli_graph_path_no_longer_refuses_a_head(monkeypatch):
 def test_cli_graph_path_missing_head_is_one_line_exit_2(monkeypatch, tmp_path, capsys):
     """Past the GPU check (faked), a missing head ends the load with one line and exit 2, before any decoder of a
     head is built."""
-    import cli_common
+    from project import cli_common
     import minitorch.cuda.decoder as decoder_mod
     import minitorch.cuda.head  # noqa: F401  (imported before CudaDecoder is faked: its class stays the real one's)
 

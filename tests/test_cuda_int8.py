@@ -40,7 +40,7 @@ def _cli(monkeypatch, hidden):
     import argparse
     from types import SimpleNamespace
 
-    import cli_common
+    from project import cli_common
 
     import minitorch.cuda.decoder as decmod
     import minitorch.cuda.launch as launch

@@ -24,7 +24,7 @@ def readme_table() -> dict[str, tuple[int, str]]:
 
 
 def test_readme_lists_every_dataset_the_benchmarks_name():
-    from evaluation.data import DATASETS, DEFAULT_DATA_DIR
+    from project.evaluation.data import DATASETS, DEFAULT_DATA_DIR
 
     assert DEFAULT_DATA_DIR == DATA
     local = {spec.local for spec in DATASETS.values() if spec.local}
@@ -58,7 +58,7 @@ def test_a_changed_byte_is_caught(tmp_path, monkeypatch):
 def test_the_gzipped_train_split_reads_as_its_source_with_the_same_problem_ids():
     """data/gsm8k/train.jsonl.gz reads row for row like the plain file, and its problems keep the ids
     `train-<row>` that the target-written answers in data/gsm8k/generated/ refer to."""
-    from evaluation.data import data_stem, load_problems, read_json_rows
+    from project.evaluation.data import data_stem, load_problems, read_json_rows
 
     gz = DATA / "gsm8k" / "train.jsonl.gz"
     rows = read_json_rows(gz)

@@ -439,8 +439,7 @@ def test_drafter_auto_takes_the_cache_head_where_one_exists(target, tmp_path, mo
     where train_draft_head puts it (default_head_dir), the head at gamma HEAD_CPU_GAMMA on the CPU and
     HEAD_GPU_GAMMA on the CUDA-graph path (without the draft model's default --draft-extend); --gamma, --draft,
     a --draft-extend given keep their meaning."""
-    sys.path.insert(0, str(ROOT / "project"))
-    import cli_common as cc
+    from project import cli_common as cc
 
     monkeypatch.setenv("MINITORCH_SPEC_CACHE", str(tmp_path / "cache"))
     model, _, path = target
@@ -476,8 +475,7 @@ def test_demo_drafts_with_the_cache_head_and_equals_the_target(target, tmp_path,
     import json
     import os
 
-    sys.path.insert(0, str(ROOT / "project"))
-    from cli_common import default_head_dir
+    from project.cli_common import default_head_dir
 
     model, _, path = target
     monkeypatch.setenv("MINITORCH_SPEC_CACHE", str(tmp_path / "cache"))
@@ -495,10 +493,8 @@ def test_demo_drafts_with_the_cache_head_and_equals_the_target(target, tmp_path,
 def test_llama_cpp_bench_finds_the_head_the_cpu_default_would_take(target, tmp_path, monkeypatch):
     """project/bench/llama_cpp.py's ours_spec_head run: no head in the cache -> no run (None); a saved head -> that
     head; a --head folder that is missing -> the one-line load error, not a silent skip."""
-    sys.path.insert(0, str(ROOT / "project"))
-    sys.path.insert(0, str(ROOT / "project" / "bench"))
-    import llama_cpp
-    from cli_common import UserError, default_head_dir
+    from project.bench import llama_cpp
+    from project.cli_common import UserError, default_head_dir
 
     model, _, _ = target
     monkeypatch.setenv("MINITORCH_SPEC_CACHE", str(tmp_path / "cache"))

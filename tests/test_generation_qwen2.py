@@ -149,7 +149,7 @@ def padded(tmp_path_factory):
     """(target, tokenizer, draft, transformers target, shared vocabulary from the CLI loader)."""
     import argparse
 
-    import cli_common
+    from project import cli_common
 
     root = tmp_path_factory.mktemp("qwen2_padded")
     tok = tiny_bpe()

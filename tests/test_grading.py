@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.grading import extract_answer, extract_boxed, gold_answer, grade, is_correct, strip_thousands
+from project.evaluation.grading import extract_answer, extract_boxed, gold_answer, grade, is_correct, strip_thousands
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # the repository's own copy
 
@@ -177,7 +177,7 @@ def test_gsm8k_reference_solutions_grade_correct():
 def test_gsm8k_grading_check_catches_broken_graders(bug, monkeypatch):
     """The check above fails on a grader that accepts any answer, on one that reads the first number of a text
     instead of the last, and on one that keeps thousands separators ("#### 2,125", row 146)."""
-    from evaluation import grading
+    from project.evaluation import grading
 
     rows = _rows("gsm8k/test.jsonl")[:150]
     if bug == "always-correct":

@@ -15,9 +15,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "project" / "bench"))
-import llama_cpp  # noqa: E402
-import roofline  # noqa: E402
+from project.bench import llama_cpp
+from project.bench import roofline
 
 PINNED = b"the pinned sdist, for these tests"
 

@@ -26,10 +26,10 @@ ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.timeout(180)] if importlib.util.find_spec("pytest_timeout") else []
 
 import test_benchmarks as tb  # noqa: E402
-from benchmark_gsm8k import GSM8K  # noqa: E402
-from evaluation import distributed, runner  # noqa: E402
-from evaluation.cli import main  # noqa: E402
-from evaluation.runner import read_results  # noqa: E402
+from project.benchmark_gsm8k import GSM8K  # noqa: E402
+from project.evaluation import distributed, runner  # noqa: E402
+from project.evaluation.cli import main  # noqa: E402
+from project.evaluation.runner import read_results  # noqa: E402
 
 data_file = tb.data_file  # the five problems of test_benchmarks, as a JSONL file
 RAY = ["--ray", "--ray-cpus-per-worker", "1", "--no-plots"]  # two workers on the two CPUs of the cluster
@@ -230,8 +230,8 @@ def test_cluster_and_worker_errors_are_one_line(cluster, tmp_path, data_file, ca
 
 
 def test_ray_is_imported_only_with_the_flag():
-    code = ("import sys; sys.path[:0] = [{p!r}]; import evaluation.cli, evaluation.distributed; "
-            "assert 'ray' not in sys.modules").format(p=str(tb.ROOT / "project"))
+    code = ("import sys; sys.path[:0] = [{p!r}]; import project.evaluation.cli, project.evaluation.distributed; "
+            "assert 'ray' not in sys.modules").format(p=str(tb.ROOT))
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
     assert not [f for f in (tb.ROOT / "minitorch").rglob("*.py") if "import ray" in f.read_text()]
 

@@ -20,11 +20,11 @@ from minitorch.models import load_model
 from minitorch.models.draft_head import DraftHead, load_head
 
 pytest.importorskip("torch")
-import train_draft_head  # noqa: E402
-from evaluation.data import build_prompt  # noqa: E402
+from project import train_draft_head  # noqa: E402
+from project.evaluation.data import build_prompt  # noqa: E402
 from test_models_util import hf_qwen2, save_hf, tiny_bpe  # noqa: E402
-from training import loop  # noqa: E402
-from training.data import clean_gsm8k_answer  # noqa: E402
+from project.training import loop  # noqa: E402
+from project.training.data import clean_gsm8k_answer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 N_PROBLEMS, HELDOUT = 40, 6
@@ -316,7 +316,7 @@ def test_init_starts_from_a_saved_head_and_records_it(setup, trained):
 def test_features_of_an_earlier_run_are_reused_where_the_data_match(setup, monkeypatch):
     """--features DIR: a second run into another --output finds every sequence's features done in DIR and extracts
     none; a run with other sequences (another held-out split) starts DIR afresh rather than train on stale rows."""
-    from training.features import FeatureStore
+    from project.training.features import FeatureStore
 
     root = setup[2]
     feat = root / "shared_features"
@@ -357,7 +357,7 @@ def test_records_carrying_their_own_question_are_trained_on_under_the_benchmark_
     """write_problems.py's answers carry their question (no GSM8K id to look up): the sequence is the benchmark's
     prompt for that question + the answer; one whose question is an evaluation problem (MATH-500's first, with
     other spacing and case) is dropped."""
-    from training.data import generated_sequences
+    from project.training.data import generated_sequences
 
     model, tok, root, rows = setup
     math500 = json.loads((ROOT / "data" / "limo" / "eval" / "math500.jsonl").read_text().splitlines()[0])["problem"]
@@ -398,8 +398,8 @@ def test_batched_features_equal_one_sequence_a_forward(setup, tmp_path):
     stops between batches leaves a prefix done, and a later call finishes it to the same rows. Left padding (a
     position reading padding before it) is shown to differ."""
     from minitorch.models.draft_head import target_fingerprint
-    from training.data import Sequence_
-    from training.features import FeatureStore
+    from project.training.data import Sequence_
+    from project.training.features import FeatureStore
 
     model, tok, _, rows = setup
     seqs = [Sequence_(ids=tok.encode(build_prompt(tok, r["question"]))[:n], n_prompt=4, source="test")
@@ -429,8 +429,8 @@ def test_held_out_agreement_counts_the_targets_and_heads_argmax(setup, tmp_path)
     """evaluate()'s top-1 (the argmaxes taken on the backend, only ids copied back) equals the count made on the
     host from the full logits: the head's argmax over its ids against the target's over its whole vocabulary."""
     from minitorch.models.draft_head import DraftHeadConfig, target_fingerprint
-    from training.data import Sequence_
-    from training.features import FeatureStore
+    from project.training.data import Sequence_
+    from project.training.features import FeatureStore
 
     model, tok, _, rows = setup
     seqs = [Sequence_(ids=tok.encode(build_prompt(tok, r["question"]))[:n], n_prompt=3, source="test")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-import write_problems as wp  # noqa: E402
-from evaluation.data import build_prompt  # noqa: E402
+from project import write_problems as wp
+from project.evaluation.data import build_prompt  # noqa: E402
 from test_models_util import hf_qwen2, save_hf, tiny_bpe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

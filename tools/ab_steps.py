@@ -8,7 +8,6 @@ before and after issue 25 share, so one file times two trees in the same call:
 tools/gpu.sh ab runs it over $BASE (a copy of an older commit) and this checkout."""
 import json
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -24,8 +23,7 @@ def main() -> int:
     from minitorch.cuda.decoder import CudaDecoder, random_weights
     from minitorch.generation.cuda import generate_cuda
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "project" / "bench"))
-    import throughput  # noqa: E402  (this checkout's bench: its shapes and its graph timer)
+    from project.bench import throughput  # this checkout's bench: its shapes and its graph timer
 
     label = sys.argv[1] if len(sys.argv) > 1 else "tree"
     shapes = {"coder-1.5b": throughput.SHAPES["qwen2.5-coder-1.5b"], "coder-0.5b": throughput.SHAPES["qwen2.5-coder-0.5b"]}

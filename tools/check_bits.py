@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MODES = {  # the decoder's kept settings (kernels/NOTES.md "Retired variants"); qkvepi: the norm in the down
     # projection's epilogue, as for hidden sizes > 2048 (this 1.5B-shaped model's QKV GEMV normalises its own input)

@@ -12,19 +12,16 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "project" / "bench"))
 
-import roofline  # noqa: E402
+from project.bench import roofline
 
-import minitorch  # noqa: E402
-from minitorch.cpu import packed as fp  # noqa: E402
-from minitorch.models import load_model  # noqa: E402
+import minitorch
+from minitorch.cpu import packed as fp
+from minitorch.models import load_model
 
 
 def med(xs: list[float]) -> float:

@@ -16,14 +16,12 @@ backward now) against a batched product summed afterwards (before), alternating,
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "project")]
 
 
 def random_target(layers: int, backend):
@@ -59,8 +57,8 @@ def random_batch(target, lm_rows, feats: np.ndarray, tok: np.ndarray):
     token ids (B, T): every position is an answer position."""
     from types import SimpleNamespace
 
-    from training.data import Sequence_
-    from training.loop import build_batch
+    from project.training.data import Sequence_
+    from project.training.loop import build_batch
 
     store = SimpleNamespace(dims=feats.shape[2], rows=feats.__getitem__)
     seqs = [Sequence_(ids=[int(x) for x in row], n_prompt=0, source="random") for row in tok]
@@ -71,7 +69,7 @@ def step_phases(head, opt, b, lm_rows, ttt: int, sync) -> tuple[dict, float]:
     """training/loop.py's train_step (clip 1.0) with the phases timed apart, sync() between them:
     ({forward, backward, clip, adam: seconds}, loss)."""
     from minitorch.models.draft_head import ttt_loss
-    from training.loop import clip_gradients
+    from project.training.loop import clip_gradients
 
     ph, t = {}, time.perf_counter()
 
@@ -164,7 +162,7 @@ def gpu_profile(args) -> int:
     from minitorch.cuda import blas
     from minitorch.cuda.ops import make_cuda_backend
     from minitorch.models.draft_head import DraftHead, DraftHeadConfig
-    from training.loop import dense_rows
+    from project.training.loop import dense_rows
 
     backend = make_cuda_backend()
     target = random_target(args.layers, backend)
@@ -230,7 +228,7 @@ def weight_grad_ab(args, backend, sync) -> int:
     import minitorch.tensor_functions as tf
     from minitorch import Adam
     from minitorch.models.draft_head import DraftHead, DraftHeadConfig
-    from training.loop import dense_rows
+    from project.training.loop import dense_rows
 
     target = random_target(1, backend)
     rng = np.random.default_rng(0)

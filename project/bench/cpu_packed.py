@@ -38,10 +38,9 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from minitorch.cpu.packed import _block_sums, fma  # noqa: E402
-from minitorch.packed import TILE, PackedWeight, _nibble_codes  # noqa: E402
+from minitorch.cpu.packed import _block_sums, fma
+from minitorch.packed import TILE, PackedWeight, _nibble_codes
 
 MODELS = {"draft": "qwen2.5-coder-0.5b-instruct", "target": "qwen2.5-coder-1.5b-instruct"}
 QUESTION = ("Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins "
@@ -132,8 +131,7 @@ def agreement(model: Any, tok: Any, args: argparse.Namespace, fast_packed: Any) 
     product takes the row kernels (the float chunks reproduce the float decode steps bit for bit)."""
     import minitorch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from evaluation.data import build_prompt, load_problems, read_json_rows
+    from project.evaluation.data import build_prompt, load_problems, read_json_rows
 
     rows = read_json_rows(args.data_file)[:args.agreement]
     probs = load_problems(data_file=args.data_file)[:args.agreement]
@@ -286,8 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         agreement(model, tok, args, fast_packed)
 
     if args.tokens:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from evaluation.data import build_prompt, load_problems
+        from project.evaluation.data import build_prompt, load_problems
 
         question = QUESTION if args.data_file is None else load_problems(data_file=args.data_file)[0].question
         ids = tok.encode(build_prompt(tok, question))

@@ -25,11 +25,9 @@ from typing import Any, Callable
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))                # minitorch from the checkout
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # project/: cli_common, evaluation
-from cli_common import encode_prompt, load_models, warm_up  # noqa: E402
+from project.cli_common import encode_prompt, load_models, warm_up
 
-from minitorch.generation import (ExtendedDrafter, NGramDrafter, SamplingConfig, generate,  # noqa: E402
+from minitorch.generation import (ExtendedDrafter, NGramDrafter, SamplingConfig, generate,
                                   speculative_generate)
 
 DEFAULT_DATA = ROOT / "data" / "gsm8k" / "test.jsonl"
@@ -194,7 +192,7 @@ def run_hf(args: argparse.Namespace, all_ids: list[list[int]], rows: list[dict[s
     """transformers target-alone and assisted generation on the same prompt ids (our target-alone tokens
     are the reference for the identical check)."""
     try:
-        from evaluation.hf import hf_generators
+        from project.evaluation.hf import hf_generators
         gens = hf_generators(args.target, args.draft, SamplingConfig(), args.stop_ids,
                              gamma=args.hf_gamma or args.gamma_list[0])
     except Exception as e:  # torch/transformers missing or the GGUF load failed: say so, keep our numbers

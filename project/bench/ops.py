@@ -13,16 +13,13 @@ Both sides run the same math on the same float32 data on this CPU; numpy's matmu
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 from typing import Callable, List, Tuple
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # minitorch from the checkout
-import minitorch  # noqa: E402
-from minitorch import FastBackend, nn  # noqa: E402
+import minitorch
+from minitorch import FastBackend, nn
 
 
 def _loops(fn: Callable[[], object], number: int) -> float:

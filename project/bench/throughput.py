@@ -26,9 +26,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from minitorch.generation.stats import expected_tokens_by_position, expected_tokens_per_round  # noqa: E402
+from minitorch.generation.stats import expected_tokens_by_position, expected_tokens_per_round
 
 SHAPES: Dict[str, Dict[str, Any]] = {
     "r1-distill-qwen-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from one_line_parser import OneLineParser
+from project.one_line_parser import OneLineParser
 
 from .data import REASONING_INSTRUCTION, BenchmarkError, data_stem, load_problems, parse_shard, select_problems
 from .distributed import add_ray_args, run_on_ray

@@ -33,7 +33,7 @@ class Engine:
 
 def add_engine_args(p: argparse.ArgumentParser, default_max_new_tokens: int) -> None:
     """The flags of run_spec_decoding.py (cli_common): models, gamma, sampling; a longer token limit."""
-    from cli_common import add_model_args, add_sampling_args, add_spec_args
+    from project.cli_common import add_model_args, add_sampling_args, add_spec_args
 
     add_model_args(p)
     add_spec_args(p)
@@ -72,7 +72,7 @@ def engine_generators(target: Any, drafter: Any, stop_ids: Sequence[int], cfg: A
 
 def load_engine(args: argparse.Namespace, modes: Sequence[str]) -> Engine:
     """Load the models named by the flags (cli_common.load_models); generators for `modes`."""
-    from cli_common import check_spec_args, load_models, sampling_from_args, warm_up
+    from project.cli_common import check_spec_args, load_models, sampling_from_args, warm_up
 
     check_spec_args(args)
     cfg = sampling_from_args(args)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from evaluation.data import DATASETS, DEFAULT_DATA_DIR, BenchmarkError, build_prompt, load_problems, read_json_rows
+from project.evaluation.data import DATASETS, DEFAULT_DATA_DIR, BenchmarkError, build_prompt, load_problems, read_json_rows
 
 ANNOTATION = re.compile(r"<<[^>]*>>")
 FINAL = re.compile(r"\n?####\s*(.+?)\s*$")
