@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from project.cli_common import (
-    Models, OneLineParser, UserError, add_model_args, add_sampling_args, add_spec_args, check_spec_args,
-    encode_prompt, load_models, run_cli, sampling_from_args, warm_up)
 from minitorch.generation import GenerationResult, SamplingConfig
 from minitorch.generation.autoregressive import check_request
 from minitorch.generation.stats import cost_model_speedup, forward_times
+from project.cli_common import Models, encode_prompt, load_models, run_cli, with_draft
+from project.one_line_parser import OneLineParser
+from project.settings import UserError, add_engine_args, resolve_settings
 
 DEFAULT_PROMPT = (
     "A bakery sells muffins for $3 each and cookies for $2 each. On Monday it sold 48 muffins and "
@@ -39,9 +39,7 @@ RULES = {
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="run_spec_decoding.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt (default: a built-in reasoning problem)")
-    add_model_args(p)
-    add_spec_args(p)
-    add_sampling_args(p)
+    add_engine_args(p)
     o = p.add_argument_group("output")
     o.add_argument("--no-baseline", action="store_true", help="skip the target-alone run (and the speedup)")
     o.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
@@ -55,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @dataclass
-class Settings:
-    """What a run does; the interactive commands change it."""
+class Session:
+    """What the demo runs (from the resolved settings); the interactive commands change it."""
 
     cfg: SamplingConfig
     gamma: int
@@ -100,19 +98,19 @@ def decode(tok: Any, ids: list[int], stop_ids: set[int]) -> str:
     return tok.decode([t for t in ids if t not in stop_ids])
 
 
-def run_one(kind: str, models: Models, s: Settings, ids: list[int], on_tokens: Any = None) -> GenerationResult:
+def session_engine(models: Models, s: Session) -> Any:
+    """The engine of the session's drafter, gamma and sampling (minitorch/generation/engine.py)."""
+    return models.engine(s.drafter, s.gamma, s.cfg, s.adaptive)
+
+
+def run_one(kind: str, models: Models, s: Session, ids: list[int], on_tokens: Any = None) -> GenerationResult:
     """One generation: "spec" (speculative), "target" or "draft" (autoregressive)."""
-    generate, speculative_generate = models.functions()
-    if kind == "spec":
-        drafter, round_gamma = models.round_drafter(s.drafter, s.gamma)
-        return speculative_generate(models.target, drafter, ids, s.max_new_tokens, s.cfg, models.stop_ids,
-                                    gamma=round_gamma, adaptive_gamma=s.adaptive, vocab_size=models.vocab_size,
-                                    on_tokens=on_tokens)
-    model = models.target if kind == "target" else models.draft
-    if model is None:
+    if kind == "draft" and models.draft is None:
         raise UserError("no draft model is loaded: use --drafter model for draft runs")
-    return generate(model, ids, s.max_new_tokens, s.cfg, models.stop_ids, vocab_size=models.vocab_size,
-                    on_tokens=on_tokens)
+    engine = models.engine("none" if kind != "spec" else s.drafter, s.gamma, s.cfg, s.adaptive)
+    if kind == "draft":
+        engine = engine.alone(models.draft)
+    return engine.generate(ids, s.max_new_tokens, on_tokens=on_tokens)
 
 
 def print_section(kind: str, res: GenerationResult, text: str, streamed: bool) -> None:
@@ -144,7 +142,7 @@ def print_comparison(spec: GenerationResult, target: GenerationResult | None) ->
               f"{t_verify / t_step:.2f}x a {ms(t_step)} target step): {model_pred:.2f}x | measured: {measured:.2f}x")
 
 
-def run_prompt(models: Models, s: Settings, prompt: str, as_json: bool = False) -> dict[str, Any]:
+def run_prompt(models: Models, s: Session, prompt: str, as_json: bool = False) -> dict[str, Any]:
     """Run the enabled generations on one prompt; print them (seed format) unless as_json."""
     ids = encode_prompt(models.tokenizer, prompt, s.chat)
     results: dict[str, GenerationResult] = {}
@@ -186,16 +184,17 @@ HELP = """commands (anything else is a prompt):
   /settings  /help  /quit     (Ctrl-C stops a generation; twice at the prompt quits)"""
 
 
-def apply_command(line: str, models: Models, s: Settings, args: argparse.Namespace) -> bool:
-    """Apply one /command to the settings; False means quit. Bad values raise ValueError."""
+def apply_command(line: str, models: Models, s: Session) -> tuple[bool, Models]:
+    """Apply one /command to the session; (False, ...) means quit. Bad values raise ValueError. Returns the models
+    too: /draft and /drafter model load the draft model on first use."""
     name, _, value = line[1:].strip().partition(" ")
     value = value.strip()
     cfg = s.cfg
     if name in ("quit", "exit", "q"):
-        return False
+        return False, models
     if name in ("spec", "target", "draft"):
         if name == "draft" and models.draft is None and not s.runs["draft"]:
-            ensure_draft(models, args)
+            models = ensure_draft(models, s)
         s.runs[name] = not s.runs[name]
     elif name == "gamma":
         if not value.isdigit() or int(value) < 1:
@@ -209,7 +208,7 @@ def apply_command(line: str, models: Models, s: Settings, args: argparse.Namespa
         if value == "head" and models.head is None:
             raise UserError("/drafter head needs a head loaded at start (--drafter head)")
         if value == "model":
-            ensure_draft(models, args)
+            models = ensure_draft(models, s)
         s.drafter = value
     elif name in ("temperature", "top-k", "top-p", "seed", "max"):
         try:
@@ -231,22 +230,22 @@ def apply_command(line: str, models: Models, s: Settings, args: argparse.Namespa
         s.chat = not s.chat
     elif name == "help":
         print(HELP)
-        return True
+        return True, models
     elif name != "settings":
         raise UserError(f"unknown command /{name} (try /help)")
     print(s.describe())
-    return True
+    return True, models
 
 
-def ensure_draft(models: Models, args: argparse.Namespace) -> None:
-    """Load the draft model the first time a command needs it."""
+def ensure_draft(models: Models, s: Session) -> Models:
+    """The models with the draft model loaded (the first time a command needs it), its paths warmed up."""
     if models.draft is None:
-        loaded = load_models(argparse.Namespace(**{**vars(args), "drafter": "model"}))
-        models.draft, models.vocab_size = loaded.draft, loaded.vocab_size
-        warm_up(models)
+        models = with_draft(models)
+        models.engine("model", s.gamma, s.cfg, s.adaptive).warm_up()
+    return models
 
 
-def interactive_loop(models: Models, s: Settings, args: argparse.Namespace) -> int:
+def interactive_loop(models: Models, s: Session) -> int:
     """Prompts in a loop. Ctrl-C during a generation returns to the prompt; twice in a row quits."""
     print(HELP)
     print(s.describe())
@@ -269,7 +268,8 @@ def interactive_loop(models: Models, s: Settings, args: argparse.Namespace) -> i
             continue
         try:
             if line.startswith("/"):
-                if not apply_command(line, models, s, args):
+                go_on, models = apply_command(line, models, s)
+                if not go_on:
                     return 0
             else:
                 run_prompt(models, s, line)
@@ -284,31 +284,30 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.json and (args.stream or args.interactive):
         raise UserError("--json cannot be combined with --stream or --interactive")
-    check_spec_args(args)
-    cfg = sampling_from_args(args)
-    models = load_models(args, progress=not args.json)  # resolves --drafter auto (and the head's gamma)
-    s = Settings(cfg=cfg, gamma=args.gamma, adaptive=args.adaptive_gamma,
-                 drafter=args.drafter, max_new_tokens=args.max_new_tokens, chat=args.chat, stream=args.stream)
+    models = load_models(resolve_settings(args), progress=not args.json)  # decides --drafter auto, the head's gamma
+    st = models.settings
+    s = Session(cfg=st.sampling, gamma=st.gamma, adaptive=st.adaptive, drafter=st.drafter,
+                max_new_tokens=st.max_new_tokens, chat=args.chat, stream=args.stream)
     s.runs["target"] = not args.no_baseline
     if args.interactive:
-        warm_up(models, cfg=s.cfg, gamma=s.gamma, drafter=s.drafter)
-        print(f"[loaded {args.target}" + (f" + {args.draft}" if models.draft is not None else "")
+        session_engine(models, s).warm_up()
+        print(f"[loaded {st.target}" + (f" + {st.draft}" if models.draft is not None else "")
               + f" in {models.load_seconds:.1f} s]")
-        return interactive_loop(models, s, args)
+        return interactive_loop(models, s)
     ids = encode_prompt(models.tokenizer, args.prompt, s.chat)
     check_request(models.target, ids, s.max_new_tokens)  # a prompt too long fails before the warm-up
-    warm = warm_up(models, ids, s.cfg, s.gamma, s.drafter)
+    warm = session_engine(models, s).warm_up(ids)
     if not args.json:
         print(f"[warm-up {warm:.1f} s: every generation path run once briefly (first-run compilation, weights "
               "paged in), not part of the timings below]", file=sys.stderr)
     out = run_prompt(models, s, args.prompt, as_json=args.json)
     if args.json:
-        out["settings"] = {"target": args.target, "draft": args.draft if models.draft is not None else None,
-                           "drafter": s.drafter, "gamma": s.gamma, "draft_extend": models.draft_extend,
+        out["settings"] = {"target": st.target, "draft": st.draft if models.draft is not None else None,
+                           "drafter": s.drafter, "gamma": s.gamma, "draft_extend": st.extend,
                            "adaptive_gamma": s.adaptive,
                            "max_new_tokens": s.max_new_tokens, "temperature": s.cfg.temperature,
                            "top_k": s.cfg.top_k, "top_p": s.cfg.top_p, "seed": s.cfg.seed, "chat": s.chat,
-                           "backend": args.backend, "dtype": args.dtype,
+                           "backend": st.backend, "dtype": st.dtype,
                            "load_seconds": models.load_seconds, "warmup_seconds": warm}
         print(json.dumps(out))
     return 0

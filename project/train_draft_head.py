@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 
-from project.cli_common import DEFAULT_TARGET, OneLineParser, UserError, get_backend, run_cli
+from project.cli_common import get_backend, run_cli
+from project.one_line_parser import OneLineParser
+from project.settings import DEFAULT_TARGET, UserError
 from project.evaluation.data import DEFAULT_DATA_DIR, data_stem
 
 DEFAULT_DATA = DEFAULT_DATA_DIR / "gsm8k" / "train.jsonl.gz"

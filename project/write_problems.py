@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
-from project.cli_common import OneLineParser, UserError, run_cli
+from project.cli_common import run_cli
+from project.one_line_parser import OneLineParser
+from project.settings import UserError
 
 # MATH's seven subjects (Hendrycks et al. 2021) and topics within each; item i takes combination i of their
 # product with levels 1-5, in a fixed shuffled order, so any prefix of a run spreads over all subjects

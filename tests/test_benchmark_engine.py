@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from project.evaluation.engine import run_config
 from project.evaluation.runner import read_results, round_log_stats, thirds_counts
 from project.evaluation.data import Problem
 from project.evaluation.summary import _pool_positions, bootstrap_speedup, format_table, summarize
@@ -109,7 +108,9 @@ def test_run_loop_on_the_real_engine(tmp_path, temperature):
     target = FakeModel(vocab, seed=1)
     draft = FakeModel(vocab, seed=2, like=target, noise=0.3)
     cfg = gen.SamplingConfig(temperature=temperature, seed=0)
-    modes = engine_generators(target, gen.ModelDrafter(draft), [], cfg, gamma=3, adaptive=False, vocab_size=vocab)
+    from minitorch.generation.engine import DrafterSpec, make_engine
+
+    modes = engine_generators(make_engine(target, DrafterSpec("model", model=draft, gamma=3), cfg, vocab_size=vocab))
     problems = [Problem(f"p{i}", i, f"what is {i} + {i}?", str(2 * i)) for i in range(3)]
     out = tmp_path / "r.jsonl"
     outcome = run_benchmark(problems, modes, tok, out, {"t": temperature}, 40, progress=False)
@@ -196,10 +197,16 @@ def test_gsm8k_program_end_to_end_on_small_random_qwen2(tmp_path, qwen2_pair, ca
 def test_result_config_names_the_gpu_paths_on_cuda_only():
     from project.evaluation.cli import BenchSpec, build_parser
 
+    from project.settings import resolve_settings
+
+    def run_config(args):  # what load_engine stores: the resolved settings' record
+        return resolve_settings(args).for_head(None).record()
+
     p = build_parser(BenchSpec("gsm8k", ("gsm8k",), "gsm8k", 64, "test"))
     cpu = run_config(p.parse_args([]))
     assert "gpu" not in cpu and cpu["backend"] == "cpu"  # cpu result files of earlier runs still resume
     cuda = run_config(p.parse_args(["--backend", "cuda", "--gpu-prefill", "graph", "--gpu-draft-weights", "int8"]))
     assert cuda["gpu"] == {"fast_verify": False, "gpu_gemv": "auto", "gpu_draft_gemv": "auto",
                            "gpu_draft_weights": "int8", "gpu_prefill": "graph"}
-    assert {k: v for k, v in cuda.items() if k != "gpu"} == {**cpu, "backend": "cuda"}
+    # the CUDA-graph path's draft-model defaults: 3 model tokens, 4 looked up (settings.default_gamma / _extend)
+    assert {k: v for k, v in cuda.items() if k != "gpu"} == {**cpu, "backend": "cuda", "gamma": 3, "draft_extend": 4}

@@ -427,27 +427,27 @@ def test_head_drafter_checks_its_decoder_and_gamma():
 
 
 # ================================================================== CPU: the CLI on the graph path
-def _args(**kw):
-    base = dict(backend="cuda", dtype="auto", drafter="head", head=None, target="t", draft="d", weights="auto")
-    base.update(kw)
-    return SimpleNamespace(**base)
+def _settings(**kw):
+    from project.settings import Settings
+
+    return Settings(**{**dict(backend="cuda", drafter="head", target="t", draft="d"), **kw})
 
 
 def test_cli_graph_path_no_longer_refuses_a_head(monkeypatch):
+    from minitorch.generation.cuda import HeadGpuDrafter
     from project import cli_common
 
     seen = {}
-    monkeypatch.setattr(cli_common, "load_gpu_decoders",
-                        lambda args, need_draft=None, progress=True: seen.setdefault("args", args) and "models")
-    assert cli_common.load_models(_args()) == "models" and seen["args"].drafter == "head"
-    m = cli_common.Models(target=object(), draft=None, tokenizer=None, vocab_size=10, stop_ids=set(), load_seconds=0,
-                          head=FakeHead(FakeTarget()), on_gpu_graphs=True)
-    from minitorch.generation.cuda import HeadGpuDrafter
-
-    assert isinstance(m.make_drafter("head"), HeadGpuDrafter)
+    monkeypatch.setattr(cli_common, "_load_gpu",
+                        lambda s, need_draft=None, progress=True: seen.setdefault("settings", s) and "models")
+    assert cli_common.load_models(_settings()) == "models" and seen["settings"].drafter == "head"
+    target = SimpleNamespace(graph_decoder=True, V=10)  # a CudaDecoder to the engine
+    m = cli_common.Models(settings=_settings(gamma=4, extend=0), target=target, tokenizer=None, vocab_size=10,
+                          stop_ids=set(), load_seconds=0, head=FakeHead(FakeTarget()))
+    assert isinstance(m.engine().drafter, HeadGpuDrafter)
     with pytest.raises(ValueError, match="no draft head"):
-        cli_common.Models(target=None, draft=None, tokenizer=None, vocab_size=10, stop_ids=set(), load_seconds=0,
-                          on_gpu_graphs=True).make_drafter("head")
+        cli_common.Models(settings=_settings(gamma=4, extend=0), target=target, tokenizer=None, vocab_size=10,
+                          stop_ids=set(), load_seconds=0).engine("head")
 
 
 def test_cli_graph_path_missing_head_is_one_line_exit_2(monkeypatch, tmp_path, capsys):
@@ -467,12 +467,16 @@ def test_cli_graph_path_missing_head_is_one_line_exit_2(monkeypatch, tmp_path, c
         def __init__(self, cfg, w, **kw):
             self.V, self.config = cfg.vocab_size, cfg
 
+        @classmethod
+        def from_model(cls, model, **kw):
+            return cls(model.config, None, **kw)
+
     monkeypatch.setattr(decoder_mod, "CudaDecoder", FakeDecoder)
     monkeypatch.setattr("minitorch.cuda.launch.tensor_cores_supported", lambda: True)
-    args = _args(head=str(tmp_path / "none"), gpu_gemv="auto", fast_verify=False, gpu_prefill="graph")
+    settings = _settings(head=str(tmp_path / "none"))
 
     def main():
-        cli_common.load_models(args)
+        cli_common.load_models(settings)
 
     with pytest.raises(SystemExit) as e:
         cli_common.run_cli(main)

@@ -26,12 +26,17 @@ class _Decoder:
     built: list = []
 
     def __init__(self, cfg, weights, **kw) -> None:
-        from minitorch.cuda.decoder import int8_unsupported
+        from minitorch.cuda.decoder import int8_unsupported, resolve_gemv
 
         if kw.get("int8_weights") and int8_unsupported(cfg):
             raise ValueError(int8_unsupported(cfg))
+        kw["gemv"] = resolve_gemv(kw.get("gemv", "auto"))  # as CudaDecoder resolves its defaults
         self.V, self.kw = 100, kw
         _Decoder.built.append((weights, kw))
+
+    @classmethod
+    def from_model(cls, model, **kw):
+        return cls(model.config, model, **kw)
 
 
 def _cli(monkeypatch, hidden):
@@ -55,9 +60,12 @@ def _cli(monkeypatch, hidden):
     monkeypatch.setattr(decmod, "CudaDecoder", _Decoder)
     monkeypatch.setattr(decmod, "weights_from_model", lambda m: m)
     monkeypatch.setattr(launch, "tensor_cores_supported", lambda: True)
+    monkeypatch.setattr(decmod, "tensor_cores_supported", lambda: True)
     monkeypatch.setattr(cli_common, "cached_head", lambda target: None)  # no head saved: auto drafts with the model
+    from project.settings import add_model_args
+
     p = argparse.ArgumentParser()
-    cli_common.add_model_args(p)
+    add_model_args(p)
     _Decoder.built = []
     return cli_common, p
 
@@ -68,9 +76,11 @@ def _cli(monkeypatch, hidden):
     (["--fast-verify"], 32, True, "ours1")])
 def test_cli_gpu_draft_flags_reach_the_draft_decoder_only(monkeypatch, flags, hidden, draft_int8, draft_gemv):
     cli_common, p = _cli(monkeypatch, hidden)
-    m = cli_common.load_gpu_decoders(p.parse_args(["--backend", "cuda"] + flags), progress=False)
+    from project.settings import resolve_settings
+
+    m = cli_common.load_models(resolve_settings(p.parse_args(["--backend", "cuda"] + flags)), progress=False)
     (_, target_kw), (_, draft_kw) = _Decoder.built
-    assert "int8_weights" not in target_kw and m.target.kw is target_kw and m.draft.kw is draft_kw
+    assert not target_kw.get("int8_weights") and m.target.kw is target_kw and m.draft.kw is draft_kw
     assert draft_kw.get("int8_weights", False) is draft_int8 and draft_kw["gemv"] == draft_gemv
     assert target_kw["gemv"] == ("ours1" if "--fast-verify" in flags else "tc")
     assert target_kw["graph_prefill"] and draft_kw["graph_prefill"]  # the default prefill
@@ -80,8 +90,10 @@ def test_cli_gpu_draft_weights_int8_refusals(monkeypatch):
     cli_common, p = _cli(monkeypatch, 24)
     for extra, msg in ([[], "on the GPU: int8_weights needs input sizes"],):
         args = p.parse_args(["--backend", "cuda", "--gpu-gemv", "ours", "--gpu-draft-weights", "int8"] + extra)
-        with pytest.raises(cli_common.UserError, match=msg):
-            cli_common.load_gpu_decoders(args, progress=False)
+        from project.settings import UserError, resolve_settings
+
+        with pytest.raises(UserError, match=msg):
+            cli_common.load_models(resolve_settings(args), progress=False)
 
 
 def test_every_8bit_kernel_the_decoder_asks_for_is_built_and_found():

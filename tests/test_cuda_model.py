@@ -77,6 +77,7 @@ def decoder_of(cfg_kw, w, max_len=96, max_tokens=16, qkv_epilogue=False, **kw):
     from minitorch.cuda.decoder import CudaDecoder
     from minitorch.models import Qwen2Config
 
+    kw.setdefault("graph_prefill", False)  # eager prefill unless a test asks: the paths these tests compare
     dec = CudaDecoder(Qwen2Config(**cfg_kw), w, max_len=max_len, max_tokens=max_tokens, **kw)
     if qkv_epilogue:
         dec.qkv_norm_in_gemv = False

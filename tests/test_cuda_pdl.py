@@ -36,6 +36,7 @@ def decoder(cfg: dict, w: dict, **kw):
 
     from minitorch.cuda.decoder import CudaDecoder
 
+    kw.setdefault("graph_prefill", False)
     return CudaDecoder(SimpleNamespace(**cfg), w, max_len=128, max_tokens=16, **kw)
 
 

@@ -440,33 +440,31 @@ def test_drafter_auto_takes_the_cache_head_where_one_exists(target, tmp_path, mo
     HEAD_GPU_GAMMA on the CUDA-graph path (without the draft model's default --draft-extend); --gamma, --draft,
     a --draft-extend given keep their meaning."""
     from project import cli_common as cc
+    from project import settings as st
+    from project.one_line_parser import OneLineParser
 
     monkeypatch.setenv("MINITORCH_SPEC_CACHE", str(tmp_path / "cache"))
     model, _, path = target
 
     def resolved(*argv):
-        p = cc.OneLineParser()
-        cc.add_model_args(p)
-        cc.add_spec_args(p)
-        p.add_argument("--max-new-tokens", type=int, default=8)
-        args = p.parse_args(["--target", str(path), *argv])
-        cc.check_spec_args(args)
-        cc.resolve_drafter(args, model)  # as load_models and load_gpu_decoders call it, with the target's CPU model
-        return args.drafter, args.gamma, args.draft_extend
+        p = OneLineParser()
+        st.add_engine_args(p)
+        s = cc.decide_drafter(st.resolve_settings(p.parse_args(["--target", str(path), *argv])), model)  # load_models'
+        return s.drafter, s.gamma, s.extend
 
-    gpu_model = ("model", *cc.GPU_DEFAULT_EXTEND)  # the 0.5B with prompt lookup after its drafts
-    assert resolved() == ("model", cc.DEFAULT_GAMMA, 0)  # a fresh clone: no head anywhere
+    gpu_model = ("model", st.GPU_MODEL_GAMMA, st.GPU_MODEL_EXTEND)  # the 0.5B with prompt lookup after its drafts
+    assert resolved() == ("model", st.GAMMA, 0)  # a fresh clone: no head anywhere
     assert resolved("--backend", "cuda") == gpu_model
     DraftHead(_cfg(model), model.backend, seed=3).save(cc.default_head_dir(model))
-    assert resolved() == ("head", cc.HEAD_CPU_GAMMA, 0)
+    assert resolved() == ("head", st.HEAD_CPU_GAMMA, 0)
     assert resolved("--gamma", "5") == ("head", 5, 0)
-    assert resolved("--draft", str(path)) == ("model", cc.DEFAULT_GAMMA, 0)  # a draft model asked for by name
-    assert resolved("--drafter", "model") == ("model", cc.DEFAULT_GAMMA, 0)
-    assert resolved("--draft-extend", "2") == ("model", cc.DEFAULT_GAMMA, 2)  # a draft model's flag
-    assert resolved("--backend", "cuda") == ("head", cc.HEAD_GPU_GAMMA, 0)  # the default extend is the model's
+    assert resolved("--draft", str(path)) == ("model", st.GAMMA, 0)  # a draft model asked for by name
+    assert resolved("--drafter", "model") == ("model", st.GAMMA, 0)
+    assert resolved("--draft-extend", "2") == ("model", st.GAMMA, 2)  # a draft model's flag
+    assert resolved("--backend", "cuda") == ("head", st.HEAD_GPU_GAMMA, 0)  # the default extend is the model's
     assert resolved("--backend", "cuda", "--gamma", "5") == ("head", 5, 0)
-    assert resolved("--backend", "cuda", "--draft-extend", "4") == ("model", cc.DEFAULT_GAMMA, 4)
-    assert resolved("--backend", "cuda", "--dtype", "float32") == ("head", cc.HEAD_CPU_GAMMA, 0)  # the eager engine
+    assert resolved("--backend", "cuda", "--draft-extend", "4") == ("model", st.GAMMA, 4)
+    assert resolved("--backend", "cuda", "--dtype", "float32") == ("head", st.HEAD_CPU_GAMMA, 0)  # the eager engine
 
 
 def test_demo_drafts_with_the_cache_head_and_equals_the_target(target, tmp_path, monkeypatch):
@@ -494,7 +492,8 @@ def test_llama_cpp_bench_finds_the_head_the_cpu_default_would_take(target, tmp_p
     """project/bench/llama_cpp.py's ours_spec_head run: no head in the cache -> no run (None); a saved head -> that
     head; a --head folder that is missing -> the one-line load error, not a silent skip."""
     from project.bench import llama_cpp
-    from project.cli_common import UserError, default_head_dir
+    from project.cli_common import default_head_dir
+    from project.settings import UserError
 
     model, _, _ = target
     monkeypatch.setenv("MINITORCH_SPEC_CACHE", str(tmp_path / "cache"))

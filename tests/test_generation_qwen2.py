@@ -147,9 +147,8 @@ PAD = 109
 @pytest.fixture(scope="module")
 def padded(tmp_path_factory):
     """(target, tokenizer, draft, transformers target, shared vocabulary from the CLI loader)."""
-    import argparse
-
     from project import cli_common
+    from project.settings import Settings
 
     root = tmp_path_factory.mktemp("qwen2_padded")
     tok = tiny_bpe()
@@ -165,9 +164,8 @@ def padded(tmp_path_factory):
         hf_d.lm_head.weight[n_tok:] *= 4.0
     save_hf(hf_t, root / "target", tok)
     save_hf(hf_d, root / "draft", tok)
-    args = argparse.Namespace(target=str(root / "target"), draft=str(root / "draft"), backend="cpu",
-                              dtype="auto", drafter="model")
-    models = cli_common.load_models(args, progress=False)
+    models = cli_common.load_models(Settings(target=str(root / "target"), draft=str(root / "draft"), drafter="model"),
+                                    progress=False)
     return models.target, models.tokenizer, models.draft, hf_t, models.vocab_size
 
 

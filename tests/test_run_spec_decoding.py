@@ -39,14 +39,14 @@ def fake_models(monkeypatch):
     target = FakeModel(V, seed=1)
     draft = FakeModel(V, seed=2, like=target, noise=0.1)
 
-    def load(args, need_draft=None, progress=True):
-        cli_common.resolve_drafter(args, None)  # as load_models does (no target here: auto is the draft model)
-        with_draft = need_draft if need_draft is not None else args.drafter == "model"
-        return cli_common.Models(target=target, draft=draft if with_draft else None,
-                                 tokenizer=FakeTokenizer(), vocab_size=V, stop_ids={0}, load_seconds=0.0,
-                                 draft_extend=getattr(args, "draft_extend", 0))
+    def load(settings, need_draft=None, progress=True):
+        s = settings.for_head(None)  # as load_models decides (no head for a fake target: auto is the draft model)
+        with_draft = need_draft if need_draft is not None else s.needs_draft
+        return cli_common.Models(settings=s, target=target, draft=draft if with_draft else None,
+                                 tokenizer=FakeTokenizer(), vocab_size=V, stop_ids={0}, load_seconds=0.0)
 
     monkeypatch.setattr(prog, "load_models", load)
+    monkeypatch.setattr(cli_common, "load_models", load)  # the interactive commands' late loads (with_draft)
     return target, draft
 
 
@@ -281,29 +281,25 @@ def test_warm_up_runs_every_kernel_the_timed_runs_call(model_folders, monkeypatc
     is made to start at a 100-token prefill, as a 1.5B model's does near 74 tokens (PARALLEL_ATTENTION_WORK),
     and the prompt has 110 tokens. With the old 24-token warm-up (warm_tokens=24) the threaded attention
     first runs inside the timed speculative run: a fresh clone's first demo paid its compilation there."""
-    import argparse
-
     from minitorch.cpu import ops as cpu_ops
-    from minitorch.generation import SamplingConfig
+    from minitorch.generation import engine as engine_mod
+    from project.settings import Settings
 
-    args = argparse.Namespace(target=str(model_folders / "target"), draft=str(model_folders / "draft"),
-                              drafter="model", backend="cpu", dtype="auto", weights="auto", draft_vocab=0)
-    models = cli_common.load_models(args, progress=False)
+    settings = Settings(target=str(model_folders / "target"), draft=str(model_folders / "draft"), drafter="model")
+    models = cli_common.load_models(settings, progress=False)
     cfg = models.target.config
     d = cfg.hidden_size // cfg.num_attention_heads
     monkeypatch.setattr(cpu_ops, "PARALLEL_ATTENTION_WORK", cfg.num_attention_heads * d * 100 * 100)
     if warm_tokens is not None:
-        monkeypatch.setattr(cli_common, "WARM_PROMPT_TOKENS", warm_tokens)
+        monkeypatch.setattr(engine_mod, "WARM_PROMPT_TOKENS", warm_tokens)
     called = _record_kernel_calls(monkeypatch)
     prompt = [3 + (7 * i) % 300 for i in range(110)]
-    sampling = SamplingConfig()
-    cli_common.warm_up(models, prompt, sampling, gamma=4, drafter="model")
+    engine = models.engine()
+    engine.warm_up(prompt)
     warmed = set(called)
     called.clear()
-    generate, speculative = models.functions()
-    speculative(models.target, models.make_drafter("model"), prompt, 12, sampling, models.stop_ids, gamma=4,
-                vocab_size=models.vocab_size)
-    generate(models.target, prompt, 12, sampling, models.stop_ids, vocab_size=models.vocab_size)
+    engine.generate(prompt, 12)
+    engine.alone().generate(prompt, 12)
     assert "fused.attention_parallel" in called  # the timed runs do take the threaded attention
     missed = called - warmed
     if warm_tokens is None:
@@ -327,13 +323,17 @@ def test_warm_up_runs_every_kernel_the_timed_runs_call(model_folders, monkeypatc
     ],
 )
 def test_gamma_and_draft_extend_defaults(flags, want):
-    """check_spec_args fills --gamma / --draft-extend per path, before anything reads them."""
-    from project.cli_common import check_spec_args
+    """resolve_settings leaves --gamma / --draft-extend unset until the drafter is decided; for_head then fills them
+    per drafter and engine (settings.default_gamma / default_extend), and the namespace is never written."""
+    from project.settings import resolve_settings
 
     args = prog.build_parser().parse_args(flags)
-    assert (args.gamma is None) == ("--gamma" not in flags)  # unset until the path is known
-    check_spec_args(args)
-    assert (args.gamma, args.draft_extend) == want
+    before = dict(vars(args))
+    s = resolve_settings(args)
+    assert (s.gamma is None) == ("--gamma" not in flags)  # unset until the drafter is known
+    assert vars(args) == before
+    r = s.for_head(None)
+    assert (r.gamma, r.extend) == want
 
 
 def _fake_packed_loads(monkeypatch) -> list:
@@ -358,15 +358,13 @@ def _fake_packed_loads(monkeypatch) -> list:
 
 @pytest.mark.parametrize("flag, want", [(None, None), ("float32", "float32")])
 def test_load_models_sets_the_mode_only_when_asked(monkeypatch, flag, want):
-    """A caller whose namespace has no cpu_activations (project/bench/llama_cpp.py, which switches the process-wide
-    mode for its int8 runs) gets models that follow the process's mode; a program's flag gives them their own."""
-    import argparse
+    """Settings without cpu_activations (project/bench/llama_cpp.py, which switches the process-wide mode for its int8
+    runs) give models that follow the process's mode; a program's flag gives them their own."""
+    from project.settings import Settings
 
     weights = _fake_packed_loads(monkeypatch)
-    ns = argparse.Namespace(target="t", draft="d", drafter="model", backend="cpu", dtype="float32", draft_quant="file")
-    if flag is not None:
-        ns.cpu_activations = flag
-    cli_common.load_models(ns, need_draft=True, progress=False)
+    s = Settings(target="t", draft="d", drafter="model", dtype="float32", draft_quant="file", cpu_activations=flag)
+    cli_common.load_models(s, need_draft=True, progress=False)
     assert [w.activations for w in weights] == [want, want]
 
 
@@ -374,48 +372,41 @@ def test_load_models_sets_the_mode_only_when_asked(monkeypatch, flag, want):
                                                        ("cuda", True, "float32")])
 def test_auto_activations_are_int8_on_a_cpu_with_the_instructions(monkeypatch, backend, supported, want):
     """--cpu-activations auto (the default): int8 on a CPU with AVX2 or AVX512-VNNI, else float32, and float32 on
-    the GPU; the namespace then says what ran; int8 asked for on the GPU is refused."""
-    import argparse
-
+    the GPU; the settings say what runs; int8 asked for on the GPU, or on a CPU without the instructions, is refused."""
     from minitorch.cpu import packed as fast_packed
+    from project.settings import UserError, resolve_settings
 
     monkeypatch.setattr(fast_packed, "int8_supported", lambda: supported)
-    ns = argparse.Namespace(backend=backend, cpu_activations="auto")
-    assert cli_common.resolve_cpu_activations(ns) == want and ns.cpu_activations == want
-    assert cli_common.resolve_cpu_activations(argparse.Namespace(backend="cpu")) is None
-    with pytest.raises(cli_common.UserError, match="for --backend cpu"):
-        cli_common.resolve_cpu_activations(argparse.Namespace(backend="cuda", cpu_activations="int8"))
+    assert resolve_settings(prog.build_parser().parse_args(["--backend", backend])).cpu_activations == want
+    with pytest.raises(UserError, match="for --backend cpu"):
+        resolve_settings(prog.build_parser().parse_args(["--backend", "cuda", "--cpu-activations", "int8"]))
+    if not supported:
+        with pytest.raises(UserError, match="AVX2"):
+            resolve_settings(prog.build_parser().parse_args(["--cpu-activations", "int8"]))
 
 
 def test_the_default_activations_reach_the_models(monkeypatch):
     """No --cpu-activations flag on the command line: the parsed default (auto) reaches the loaded models as the
     mode it resolved to."""
-    import argparse
-
     from minitorch.cpu import packed as fast_packed
+    from project.settings import resolve_settings
 
     monkeypatch.setattr(fast_packed, "int8_supported", lambda: True)
     weights = _fake_packed_loads(monkeypatch)
-    p = argparse.ArgumentParser()
-    cli_common.add_model_args(p)
-    ns = p.parse_args([])
-    ns.drafter, ns.backend, ns.dtype, ns.draft_quant = "model", "cpu", "float32", "file"
-    cli_common.load_models(ns, need_draft=True, progress=False)
+    s = resolve_settings(prog.build_parser().parse_args(["--drafter", "model", "--dtype", "float32",
+                                                         "--draft-quant", "file"]))
+    cli_common.load_models(s, need_draft=True, progress=False)
     assert [w.activations for w in weights] == ["int8", "int8"]
 
 
 def test_cpu_activations_sets_the_models_own_mode():
     """--cpu-activations reaches the loaded models' packed weights (set_weight_activations), not the process-wide
-    mode that in-process callers and other models use; the check alone (no models) changes nothing."""
+    mode that in-process callers and other models use; no models, no change."""
     from types import SimpleNamespace
 
     from minitorch import FastBackend
     from minitorch.cpu import packed as fast_packed
 
-    if not fast_packed.int8_supported():
-        with pytest.raises(cli_common.UserError, match="AVX2"):
-            cli_common.set_cpu_activations("int8", FastBackend)
-        return
     weights = [SimpleNamespace(activations=None) for _ in range(3)]
     model = SimpleNamespace(packed_weights=lambda: weights)
     cli_common.set_cpu_activations("int8", FastBackend)

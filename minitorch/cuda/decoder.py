@@ -20,7 +20,8 @@ Which kernels (`gemv`): "tc" (tensor-core GEMV for steps of <= 16 tokens; the CL
 (CUDA-core GEMV for <= 16 tokens; the fastest target alone) are exact: every kernel of a step computes each
 token's values in an order that does not depend on how many tokens the step holds (kernels/gemv.cu,
 attention.cu), so a verify step reproduces the decode steps' logits bit for bit and greedy speculative output
-equals greedy autoregressive output by construction. "ours1" (the constructor's default; `--fast-verify`) runs
+equals greedy autoregressive output by construction; "auto" (the default) is the exact one the GPU runs best
+(resolve_gemv). "ours1" (`--fast-verify`, only when asked) runs
 one-token steps in our GEMV and verifies with cuBLAS (a different summation order: a near-tie between the
 top two logits can resolve differently). "ourstc" (a speculative draft's, whose bits never reach the output):
 one-token steps CUDA-core, longer ones tensor-core, the faster at each size. `int8_weights` (a draft's): one-
@@ -57,8 +58,20 @@ ATT_MIN_SLOTS = 32  # ... with at least this many split slots (long prefill step
 I8_MODES = ("", "_gusilu", "_resnorm", "_qkvrope", "_norm_qkvrope")
 I8_BIG_MODES = ("", "_gusilu")
 I8_BIG_ROWS = {1: 16, 2: 8}  # by tokens a step
+MAX_LEN = 32768  # cache positions of a decoder made by from_model (at most the model's own context)
 ATT_STEP_ROWS = 16  # steps of at most this many tokens (decode, verify) share one attention split size
 GEMV_MODES = ("ours", "ours1", "tc", "ourstc")  # CudaDecoder(gemv=...): module doc
+GEMV_DEFAULTS = ("auto", "draft")  # resolved by resolve_gemv: the exact default, a draft's fastest
+
+
+def resolve_gemv(gemv: str) -> str:
+    """The one default of each role: "auto" (a target's) = "tc" on GPUs with tensor cores (compute capability
+    >= 8.0), else "ours": both exact; "draft" (a draft model's or head's, whose bits never reach the output) =
+    "ourstc" there, else "ours". Any other mode as it is."""
+    if gemv not in GEMV_DEFAULTS:
+        return gemv
+    tc = tensor_cores_supported()
+    return ("tc" if tc else "ours") if gemv == "auto" else ("ourstc" if tc else "ours")
 GEMV_TOKENS = {"ours": 16, "ours1": 1, "tc": 16, "ourstc": 16}  # steps of at most this many tokens run our GEMV
 QKV_NORM_MAX_HIDDEN = 2048  # up to this hidden size the CUDA-core QKV GEMV normalises its own input
 _NORMED = object()  # "xn already holds the normalised residual" (a resnorm GEMV's epilogue wrote it)
@@ -143,9 +156,11 @@ class StepPlan(NamedTuple):
 class CudaDecoder:
     """A Qwen2 model resident on the GPU with a KV cache of max_len positions and CUDA-graph steps."""
 
+    graph_decoder = True  # generation/engine.py runs it on the CUDA-graph engine (generation/cuda.py)
+
     def __init__(self, cfg: Any, weights: Dict[str, Any], max_len: int, max_tokens: int = 128,
-                 gemv: str = "ours1", pdl: Optional[bool] = None, attn_kb: Optional[int] = None,
-                 int8_weights: bool = False, graph_prefill: bool = False) -> None:
+                 gemv: str = "auto", pdl: Optional[bool] = None, attn_kb: Optional[int] = None,
+                 int8_weights: bool = False, graph_prefill: bool = True) -> None:
         """gemv: which kernels a step runs (module doc): "tc" / "ours" exact (verify == decode bit for bit),
         "ours1" one-token steps ours and verify in cuBLAS, "ourstc" a draft's fastest at each step size.
         pdl: launch the step's kernels with programmatic dependent launch (minitorch/cuda/pdl.py); None
@@ -158,7 +173,8 @@ class CudaDecoder:
         (H200, 0.5B one-token step 0.593 against 0.660 ms). Its numbers differ from the bf16 rows', which a
         draft's never reach the output; longer steps keep the bf16 rows, which stay resident too.
         graph_prefill: generation fills the prompt's cache with fill_cache (chunks padded to max_tokens rows, one
-        captured graph each) instead of eager prefill steps (the CLI's default, --gpu-prefill)."""
+        captured graph each; default) instead of eager prefill steps (--gpu-prefill eager)."""
+        gemv = resolve_gemv(gemv)
         if gemv not in GEMV_MODES:
             raise ValueError(f"gemv must be one of {', '.join(map(repr, GEMV_MODES))}, got {gemv!r}")
         if gemv in ("tc", "ourstc") and not tensor_cores_supported():
@@ -183,6 +199,14 @@ class CudaDecoder:
         self.stream = self.cp.cuda.Stream(non_blocking=True)
         self.graphs: Dict[Any, Any] = {}
         self.graph_refs: Dict[Any, Any] = {}  # objects whose device buffers a captured graph uses
+
+    @classmethod
+    def from_model(cls, model: Any, max_len: Optional[int] = None, **kw: Any) -> "CudaDecoder":
+        """A CudaDecoder of a loaded minitorch Qwen2 model (models/qwen2.py, any backend; its weights are read in
+        float32 and held in bf16): max_len cache positions, default the model's context up to MAX_LEN; kw as the
+        constructor's (gemv, int8_weights, graph_prefill...)."""
+        limit = int(getattr(model.config, "max_position_embeddings", 0) or MAX_LEN)
+        return cls(model.config, weights_from_model(model), max_len=min(max_len or limit, limit, MAX_LEN), **kw)
 
     @property
     def config(self) -> Any:

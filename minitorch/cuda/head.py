@@ -50,7 +50,7 @@ class HeadDecoder(CudaDecoder):
     (`fc.weight` (H, 2H), `fc.bias`, `layer.*`; float32 numpy from `weights_from_model(head)`, or bf16 bits)."""
 
     def __init__(self, head_cfg: Any, weights: Dict[str, Any], target: Any, max_tokens: Optional[int] = None,
-                 gemv: str = "ours", pdl: Optional[bool] = None) -> None:
+                 gemv: str = "draft", pdl: Optional[bool] = None) -> None:
         if int(head_cfg.hidden_size) != target.H:
             raise ValueError(f"the draft head's hidden size {head_cfg.hidden_size} is not the target's {target.H}")
         for name in ("fc.weight", "fc.bias"):
@@ -64,7 +64,8 @@ class HeadDecoder(CudaDecoder):
         w["model.embed_tokens.weight"] = target.embed
         w["model.norm.weight"] = np.ones(H, np.float32)  # unused: the head has no final norm
         super().__init__(head_config(head_cfg, target), w, max_len=target.max_len,
-                         max_tokens=int(max_tokens or target.max_tokens), gemv=gemv, pdl=pdl)
+                         max_tokens=int(max_tokens or target.max_tokens), gemv=gemv, pdl=pdl,
+                         graph_prefill=False)  # it never prefills itself: feed_rows reads the target's chunks
         self._src = self._sources("self")
 
     # ------------------------------------------------------------------ setup

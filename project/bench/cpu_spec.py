@@ -24,11 +24,12 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[2]
-from project.cli_common import encode_prompt, load_models, warm_up
+from minitorch.generation import SamplingConfig
+from minitorch.generation.engine import DrafterSpec, make_engine
+from project.cli_common import encode_prompt, load_models
+from project.settings import Settings
 
-from minitorch.generation import (ExtendedDrafter, NGramDrafter, SamplingConfig, generate,
-                                  speculative_generate)
+ROOT = Path(__file__).resolve().parents[2]
 
 DEFAULT_DATA = ROOT / "data" / "gsm8k" / "test.jsonl"
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -142,32 +143,31 @@ def fmt(row: dict[str, Any], base_tps: float | None) -> str:
 
 def run_ours(args: argparse.Namespace, prompts: list[str], rows: list[dict[str, Any]]) -> list[list[int]]:
     """Our runs on every prompt; returns the prompt ids (for the HF comparison)."""
-    ns = argparse.Namespace(target=args.target, draft=args.draft, drafter="model", backend="cpu", dtype="float32")
-    m = load_models(ns, progress=False)
+    cfg = SamplingConfig()
+    m = load_models(Settings(target=args.target, draft=args.draft, drafter="model", backend="cpu", dtype="float32",
+                             gamma=args.gamma_list[0], extend=0, sampling=cfg), progress=False)
+
+    def engine(kind: str, g: int = 1, dv: int = 0, x: int = 0) -> Any:
+        """x > 0: the model's g drafts continued by up to x prompt-lookup tokens; dv: --draft-vocab."""
+        spec = DrafterSpec(kind, model=m.draft if kind == "model" else None, gamma=g, extend=x, propose_vocab=dv,
+                           adaptive=args.adaptive)
+        return make_engine(m.target, spec, cfg, m.stop_ids, m.vocab_size)
+
     for g in args.gamma_list:  # every round shape the timed runs use (each row count compiles its kernels once)
         for x in args.extend_list:
-            m.draft_extend = x
-            warm_up(m, gamma=g)
-    m.draft_extend = 0
+            engine("model", g, 0, x).warm_up()
     args.stop_ids = sorted(m.stop_ids)
-    cfg = SamplingConfig()
     all_ids = []
     runs: list[tuple[str, Callable[[list[int]], Any]]] = [
-        ("ours_target", lambda ids: generate(m.target, ids, args.max_new_tokens, cfg, m.stop_ids,
-                                             vocab_size=m.vocab_size))]
+        ("ours_target", lambda ids, e=engine("none"): e.generate(ids, args.max_new_tokens))]
     for g in args.gamma_list:
         for dv in args.draft_vocab_list:
-            for x in args.extend_list:  # x > 0: the model's g drafts continued by up to x prompt-lookup tokens
+            for x in args.extend_list:
                 runs.append((f"ours_spec_g{g}" + (f"_v{dv}" if dv else "") + (f"_x{x}" if x else ""),
-                             lambda ids, g=g, dv=dv, x=x: speculative_generate(
-                    m.target, ExtendedDrafter(m.make_drafter("model", dv), g) if x else m.make_drafter("model", dv),
-                    ids, args.max_new_tokens, cfg, m.stop_ids, gamma=g + x, adaptive_gamma=args.adaptive,
-                    vocab_size=m.vocab_size)))
+                             lambda ids, e=engine("model", g, dv, x): e.generate(ids, args.max_new_tokens)))
     if args.ngram:
         g0 = args.gamma_list[0]
-        runs.append((f"ours_ngram_g{g0}", lambda ids: speculative_generate(
-            m.target, NGramDrafter(), ids, args.max_new_tokens, cfg, m.stop_ids, gamma=g0,
-            adaptive_gamma=args.adaptive, vocab_size=m.vocab_size)))
+        runs.append((f"ours_ngram_g{g0}", lambda ids, e=engine("ngram", g0): e.generate(ids, args.max_new_tokens)))
     bar = tqdm(total=len(prompts) * len(runs), desc="ours", file=sys.stderr)
     for qi, text in enumerate(prompts):
         ids = encode_prompt(m.tokenizer, text, True)

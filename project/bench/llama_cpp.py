@@ -51,7 +51,7 @@ build_prompt, the same text for both), interleaved so both see the same machine 
   ours speculative         speculative_generate, the draft model proposing G tokens.
   ours speculative, head   the same with a trained draft head proposing --head-gamma tokens (its packed() copy),
                            when one is there: --head DIR or the cache's head for the target (the CPU's default
-                           drafter then: cli_common.resolve_drafter); --no-head skips it.
+                           drafter then: settings.Settings.for_head); --no-head skips it.
 Decode tokens/s leave the prompt out on both sides: llama.cpp's eval runs / eval time (the first token
 comes from the prompt pass), ours (tokens - 1) / (total - prefill seconds); llama.cpp's speculative line
 counts from after the prompt too. "same text" says whether a run's text equals our target-alone text
@@ -411,7 +411,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-spec", action="store_true", help="target alone only")
     ap.add_argument("--head", default=None, metavar="DIR",
                     help="also ours speculative with this draft head (default: the cache's head for the target, "
-                         "when there is one: the CPU's default drafter then, cli_common.resolve_drafter)")
+                         "when there is one: the CPU's default drafter then, settings.Settings.for_head)")
     ap.add_argument("--head-gamma", type=int, default=3, help="draft tokens per verify with the head (default 3)")
     ap.add_argument("--no-head", action="store_true", help="no run with a draft head")
     ap.add_argument("--no-ours", action="store_true", help="llama.cpp only")
@@ -459,29 +459,30 @@ def run(args: argparse.Namespace) -> int:
     print(f"# llama.cpp build: {bin_dir} ({why})", flush=True)
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
 
-    from project.cli_common import load_models, warm_up
+    from minitorch.generation import SamplingConfig
+    from project.cli_common import load_models
+    from project.settings import Settings
 
-    from minitorch.generation import SamplingConfig, generate, speculative_generate
-
-    ns = argparse.Namespace(target=str(target_file), draft=str(draft_file or args.draft), drafter="model",
-                            backend="cpu", dtype="float32", draft_quant=args.draft_quant)
-    m = load_models(ns, need_draft=not args.no_spec, progress=False)
+    cfg = SamplingConfig()
+    settings = Settings(target=str(target_file), draft=str(draft_file or args.draft), drafter="model", backend="cpu",
+                        dtype="float32", draft_quant=args.draft_quant, gamma=args.gamma, extend=0, sampling=cfg)
+    m = load_models(settings, need_draft=not args.no_spec, progress=False)  # activations: the process's (int8())
     if not (args.no_spec or args.no_ours or args.no_head):
         m.head = head_for(args.head, m.target)
         if m.head is None:
             print("# no draft head for this target in the cache (project/train_draft_head.py makes one): "
                   "no ours_spec_head run")
-    warm_up(m)
+    target_alone = m.engine("none")
+    spec = None if args.no_spec else m.engine("model", args.gamma)
+    spec_head = None if m.head is None else m.engine("head", args.head_gamma)
+    for engine in (spec or target_alone, spec_head):
+        if engine is not None:
+            engine.warm_up()
     tok = m.tokenizer
-    cfg = SamplingConfig()
     for fn in ([lambda f: f()] + ([int8] if args.int8 else [])):  # compile every kernel variant untimed
-        fn(lambda: generate(m.target, [0, 1, 2], 3, cfg, m.stop_ids, vocab_size=m.vocab_size))
-        if not args.no_spec:
-            fn(lambda: speculative_generate(m.target, m.make_drafter("model"), [0, 1, 2], 6, cfg, m.stop_ids,
-                                            gamma=args.gamma, vocab_size=m.vocab_size))
-        if m.head is not None:
-            fn(lambda: speculative_generate(m.target, m.make_drafter("head"), [0, 1, 2], 6, cfg, m.stop_ids,
-                                            gamma=args.head_gamma, vocab_size=m.vocab_size))
+        for engine in (target_alone, spec, spec_head):
+            if engine is not None:
+                fn(lambda: engine.generate([0, 1, 2], 6 if engine.spec.kind != "none" else 3))
     load0 = os.getloadavg()[0]
     bw0 = roofline.stream_bandwidth(threads=args.threads)
     print(f"# llama.cpp {bin_dir} {' '.join(extra)}; {len(questions)} questions x {args.max_new_tokens} tokens, greedy, "
@@ -499,26 +500,20 @@ def run(args: argparse.Namespace) -> int:
             runs = [("llama_target", lambda: llama_target(bin_dir, target_file, prompt_file, args.max_new_tokens,
                                                           args.threads, ctx, extra))]
             if not args.no_ours:
-                runs.append(("ours_target", lambda: ours(generate(m.target, ids, args.max_new_tokens, cfg, m.stop_ids,
-                                                                  vocab_size=m.vocab_size), tok)))
+                runs.append(("ours_target", lambda: ours(target_alone.generate(ids, args.max_new_tokens), tok)))
                 if args.int8:
-                    runs.append(("ours_target_int8", lambda: int8(lambda: ours(generate(
-                        m.target, ids, args.max_new_tokens, cfg, m.stop_ids, vocab_size=m.vocab_size), tok))))
+                    runs.append(("ours_target_int8", lambda: int8(lambda: ours(
+                        target_alone.generate(ids, args.max_new_tokens), tok))))
             if not args.no_spec:
                 runs.append(("llama_spec", lambda: llama_spec(bin_dir, target_file, draft_file, prompt_file,
                                                               args.max_new_tokens, args.gamma, args.threads, ctx, extra)))
                 if not args.no_ours:
-                    runs.append(("ours_spec", lambda: ours(speculative_generate(
-                        m.target, m.make_drafter("model"), ids, args.max_new_tokens, cfg, m.stop_ids,
-                        gamma=args.gamma, vocab_size=m.vocab_size), tok)))
+                    runs.append(("ours_spec", lambda: ours(spec.generate(ids, args.max_new_tokens), tok)))
                     if args.int8:
-                        runs.append(("ours_spec_int8", lambda: int8(lambda: ours(speculative_generate(
-                            m.target, m.make_drafter("model"), ids, args.max_new_tokens, cfg, m.stop_ids,
-                            gamma=args.gamma, vocab_size=m.vocab_size), tok))))
-                    if m.head is not None:
-                        runs.append(("ours_spec_head", lambda: ours(speculative_generate(
-                            m.target, m.make_drafter("head"), ids, args.max_new_tokens, cfg, m.stop_ids,
-                            gamma=args.head_gamma, vocab_size=m.vocab_size), tok)))
+                        runs.append(("ours_spec_int8", lambda: int8(lambda: ours(
+                            spec.generate(ids, args.max_new_tokens), tok))))
+                    if spec_head is not None:
+                        runs.append(("ours_spec_head", lambda: ours(spec_head.generate(ids, args.max_new_tokens), tok)))
             texts: dict[str, str] = {}
             for name, fn in runs:
                 try:
