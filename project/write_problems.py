@@ -6,7 +6,7 @@ answers to them under the benchmark's prompt. Two steps, each a separate run, ea
     python project/train_draft_head.py --generated answers.jsonl ...
 
 Why: the repository's MATH-style sets (MATH-500, AIME, AMC) are evaluation sets, never trained on, and a head
-that has seen only GSM8K text drafts MATH-500 poorly (docs/results/2026-12-03_h200_round15: 1.01x, against 1.75x
+that has seen only GSM8K text drafts MATH-500 poorly (round 15 in docs/history/RESULTS_LOG.md: 1.01x, against 1.75x
 on GSM8K). A problem the target wrote itself is not an evaluation problem, and its answer is the target's own
 text under the benchmark's chat template: the distribution the head has to predict.
 

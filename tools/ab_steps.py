@@ -5,7 +5,7 @@ before and after issue 25 share, so one file times two trees in the same call:
 
     PYTHONPATH=<tree> python3 tools/ab_steps.py LABEL        (one JSON line per shape and setting)
 
-tools/gpu.sh ab runs it over $BASE (a copy of an older commit) and this checkout."""
+tools/gpu.sh ab-steps runs it over $BASE (a copy of an older commit) and this checkout."""
 import json
 import sys
 from types import SimpleNamespace

@@ -348,7 +348,7 @@ def _tile_codegen(act: str, bits: int):
                                 # compute-bound slower per weight (one thread, real 1.5B down / LM head, 1 row: 0.65-0.73x
                                 # the int8 form's speed; two table lookups added 0.54-0.59x; bfloat16 bytes by vpermb
                                 # lookups + a zero-masked vpermt2b a input 0.57-0.65x: LLVM made the mask a vpandq);
-                                # with two threads the fewer bytes make up for part of it (docs/RESULTS.md)
+                                # with two threads the fewer bytes make up for part of it (docs/history/RESULTS_LOG.md)
                                 accs = [[builder.load(slots[r][j]) for j in range(C)] for r in range(R)]
                                 for i in range(16):  # in input order
                                     if i % 4 == 0:

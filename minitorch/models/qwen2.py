@@ -333,7 +333,7 @@ class Qwen2ForCausalLM(Module):
         that the one-call forward runs one product where it ran two or three: the same bits, fewer calls (a 1.5B
         token: 197 product calls became 127; the whole decode step and 5-row verify took 0.96-1.06x as long in
         float32, 0.99-1.12x with int8 activations, over four alternating runs on a 2-core box:
-        tools/cpu_read_ceiling.py, docs/RESULTS.md). Packed weights only (GGUF on the CPU); returns how many
+        tools/cpu_read_ceiling.py, docs/history/RESULTS_LOG.md). Packed weights only (GGUF on the CPU); returns how many
         joined weights were made. load_weights calls it; a later change of one of the weights undoes it for
         that layer (_joined checks the views)."""
         made = 0
