@@ -31,7 +31,7 @@ TTT_MAX_STEPS = 4  # minitorch.models.draft_head.TTT_MAX_STEPS (not imported her
 EVAL_STEPS = 3  # held-out agreement of draft steps 1..max(3, --ttt-steps), with or without the training-time test
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(description="Train a draft head (one decoder layer on the target's features) with "
                       "MiniTorch's autodiff and Adam.")
     g = p.add_argument_group("model")
@@ -92,6 +92,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the saved head's weights (default float16: half the file; drafting stays exact either way)")
     o.add_argument("--no-plot", action="store_true", help="skip loss.png")
     o.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     for name in ("head_vocab", "intermediate_size", "tokens_per_step", "max_seq_len", "eval_every", "save_every"):
         if getattr(args, name) < 1:

@@ -93,7 +93,7 @@ def problem_prompt(tok: Any, subject: str, topic: str, level: int) -> list[int]:
     return list(tok.encode(tok.apply_chat_template([{"role": "user", "content": msg}], add_generation_prompt=True)))
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     from project.evaluation.engine import add_engine_args
 
     p = OneLineParser(description="The target writes math problems, then answers them: training text for a draft "
@@ -111,6 +111,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         q.add_argument("--no-progress", action="store_true", help="no progress bar")
         add_engine_args(q, max_new)
         q.set_defaults(temperature=temperature, top_p=top_p)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.step == "problems" and (args.n < 1 or args.start < 0):
         raise UserError(f"--n must be >= 1 and --start >= 0, got {args.n} and {args.start}")

@@ -206,9 +206,33 @@ def test_resume_with_other_settings_is_refused(tmp_path, data_file, capsys):
     (["--limit", "0"], "--limit"),
     (["--offset", "99"], "--offset"),
     (["--max-new-tokens", "0"], "--max-new-tokens"),
+    (["--ray", "--ray-workers", "0"], "--ray-workers must be >= 1"),  # it sat at 0% for minutes before
+    (["--ray", "--ray-cpus-per-worker", "-1"], "--ray-cpus-per-worker must be >= 1"),
+    (["--ray-workers", "2"], "add --ray"),
 ])
 def test_bad_flags_exit_2_with_one_line(tmp_path, data_file, capsys, argv, message):
     rc = run(["--data-file", str(data_file), "-o", str(tmp_path / "r.jsonl")] + argv, FakeEngine())
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gamma", "0"], "--gamma"),
+    (["--draft-extend", "2", "--drafter", "ngram"], "--drafter model"),
+    (["--head", "somewhere", "--drafter", "model"], "--head"),
+    (["--top-p", "0"], "top_p"),
+    (["--dtype", "bfloat16"], "--backend cuda"),
+])
+def test_engine_flags_are_checked_before_anything_loads(tmp_path, data_file, capsys, monkeypatch, argv, message):
+    """The real engine path (no factory): settings.resolve_settings refuses a bad value before the problems or
+    the models load (loading is made to fail loudly here)."""
+    from project.evaluation import cli
+
+    def no_load(*a, **k):
+        raise AssertionError("models loaded before the flags were checked")
+
+    monkeypatch.setattr(cli, "load_engine", no_load)
+    rc = main(GSM8K, ["--data-file", str(data_file), "-o", str(tmp_path / "r.jsonl"), "--no-progress"] + argv)
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err
 

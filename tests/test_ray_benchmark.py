@@ -262,6 +262,6 @@ def test_real_engine_in_ray_workers_equals_a_plain_run(cluster, tmp_path, capsys
     ({"backend": "cuda"}, {"CPU": 32, "GPU": 8}, [16, 16], (8, 1, 1)),  # one worker a GPU
 ])
 def test_worker_plan_from_the_cluster(flags, resources, node_cpus, plan):
-    args = argparse.Namespace(**{"backend": "cpu", "ray_workers": 0, "ray_cpus_per_worker": 0, "ray_max_retries": 2,
-                                 **flags})
+    args = argparse.Namespace(**{"backend": "cpu", "ray": "local", "ray_workers": None, "ray_cpus_per_worker": None,
+                                 "ray_max_retries": 2, **flags})
     assert distributed.plan_workers(args, resources, node_cpus) == plan

@@ -379,7 +379,7 @@ def bench_hf(cfg: Any, args: argparse.Namespace, compiled: bool) -> float:
     return n / dt
 
 
-def main(argv: List[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", action="append", choices=sorted(SHAPES), help="named real shape (repeatable); default both")
     ap.add_argument("--model", help="bench this model's real weights instead (name, HF folder or .gguf; see load_model)")
@@ -425,6 +425,11 @@ def main(argv: List[str] | None = None) -> int:
                     help="static+compile baseline: compile model.forward ourselves instead of generate()'s auto-compile")
     ap.add_argument("--profile", action="store_true", help="print GPU time per kernel of one step (T=1 and T=5)")
     ap.add_argument("--json", type=Path, help="write all numbers to this JSON file")
+    return ap
+
+
+def main(argv: List[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     problem = None
     if args.prompt < 1 or args.new < 2:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 from project.one_line_parser import OneLineParser
 
 from .data import REASONING_INSTRUCTION, BenchmarkError, data_stem, load_problems, parse_shard, select_problems
-from .distributed import add_ray_args, run_on_ray
+from .distributed import add_ray_args, check_ray_args, run_on_ray
 from .engine import Engine, add_engine_args, load_engine
 from .runner import MODE_ORDER, merge_results, read_results, run_benchmark
 from .summary import format_table, summarize, write_summary
@@ -112,6 +112,11 @@ def _sigterm(signum: int, frame: Any) -> None:
 def run_main(bench: BenchSpec, argv: Sequence[str], engine_factory: EngineFactory | None = None) -> int:
     """Parse flags, load problems and models, run, summarize. Returns the exit status."""
     args = build_parser(bench).parse_args(argv)
+    check_ray_args(args)
+    if engine_factory is None:  # the flags' settings checked before any problem or model loads
+        from project.settings import resolve_settings
+
+        resolve_settings(args)
     modes = parse_modes(args.modes)
     shard = parse_shard(args.shard)
     problems = select_problems(

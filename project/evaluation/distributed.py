@@ -41,14 +41,30 @@ def add_ray_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="run the problems on Ray workers (pip install -e '.[ray]'): alone, a local cluster on this "
                         "machine; 'auto' the cluster started here by 'ray start --head'; HOST:PORT a cluster's head")
-    g.add_argument("--ray-workers", type=int, default=0,
-                   help="number of workers, each loading the models once (default 0: one per GPU with --backend "
+    g.add_argument("--ray-workers", type=int, default=None, metavar="N",
+                   help="number of workers (>= 1), each loading the models once (default: one per GPU with --backend "
                         "cuda, one per --ray-cpus-per-worker cores otherwise)")
-    g.add_argument("--ray-cpus-per-worker", type=int, default=0,
-                   help="CPU cores a worker reserves (and its numba threads; default 0: with --backend cpu all the "
+    g.add_argument("--ray-cpus-per-worker", type=int, default=None, metavar="N",
+                   help="CPU cores a worker reserves (>= 1; and its numba threads; default: with --backend cpu all the "
                         "cores of the smallest node, so one worker a node; with cuda 1)")
     g.add_argument("--ray-max-retries", type=int, default=2,
                    help="how many times a problem whose worker died runs again on a fresh worker (default 2)")
+
+
+def check_ray_args(args: argparse.Namespace) -> None:
+    """The --ray-* values, before anything starts: each one a user gives is checked (a worker count of 0 would
+    leave the run waiting on no worker), and none without --ray."""
+    given = {f: getattr(args, f, None) for f in ("ray_workers", "ray_cpus_per_worker")}
+    for flag, value in given.items():
+        if value is not None and value < 1:
+            raise RayError(f"--{flag.replace('_', '-')} must be >= 1, got {value} (leave it out for the default)")
+    if getattr(args, "ray_max_retries", 0) < 0:
+        raise RayError(f"--ray-max-retries must be >= 0, got {args.ray_max_retries}")
+    if getattr(args, "ray", None) is None:
+        extra = [f for f, v in given.items() if v is not None] + (
+            ["ray_max_retries"] if getattr(args, "ray_max_retries", 2) != 2 else [])
+        if extra:
+            raise RayError(f"--{extra[0].replace('_', '-')} is for a run over Ray workers: add --ray")
 
 
 def import_ray() -> Any:
@@ -111,9 +127,7 @@ def worker_env(backend: str, cpus: int) -> dict[str, str]:
 def plan_workers(args: argparse.Namespace, resources: dict[str, float],
                  node_cpus: Sequence[float]) -> tuple[int, int, int]:
     """(workers, CPUs each, GPUs each) from the flags and the cluster's resources; no GPU for cuda -> error."""
-    for flag in ("ray_workers", "ray_cpus_per_worker", "ray_max_retries"):
-        if getattr(args, flag) < 0:
-            raise RayError(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
+    check_ray_args(args)
     if args.backend == "cuda":
         gpus = int(resources.get("GPU", 0))
         if gpus < 1:
