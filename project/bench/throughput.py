@@ -405,11 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "ones (--draft-extend), accepted at round 11's measured GSM8K rates (default 0: off)")
     ap.add_argument("--sampling", action="store_true",
                     help="also time decoding with sampling on the device (temperature 1; 0.7 + top-p 0.9; top-k 50)")
-    ap.add_argument("--gemv", choices=["ours", "ours1", "tc"], default="ours1",
-                    help="products of decode/verify steps: our bf16 GEMV for one-token steps and cuBLAS "
-                         "for verify steps (ours1, default; the CLI's --fast-verify), ours for steps of <= 16 "
-                         "tokens (ours; the CLI's --gpu-gemv ours), our tensor-core GEMV for steps of <= 16 tokens "
-                         "(tc; exact like ours; the CLI's target default)")
+    ap.add_argument("--gemv", choices=["auto", "ours", "ours1", "tc"], default="auto",
+                    help="products of decode/verify steps: auto (default, CudaDecoder's and the CLI's target "
+                         "default): tc where the GPU has tensor cores, else ours; tc: our tensor-core GEMV for steps "
+                         "of <= 16 tokens; ours: our CUDA-core GEMV for them (the CLI's --gpu-gemv ours); both exact; "
+                         "ours1: one-token steps ours, verify steps in cuBLAS (the CLI's --fast-verify)")
     ap.add_argument("--draft-gemv", choices=["ours", "ours1", "tc", "ourstc"], default=None,
                     help="--spec: the draft's GEMV (default: --gemv's); ourstc = one-token steps in ours, 2..16 "
                          "tokens in tc (the CLI's draft on tensor-core GPUs)")
