@@ -39,7 +39,7 @@ from ..tensor_functions import from_numpy, where, zeros
 from .config import Qwen2Config
 from .errors import ModelLoadError
 from .kv_cache import KVCache
-from .qwen2 import DecoderLayer, rope_tables
+from .qwen2 import DecoderLayer, StackCache, rope_tables
 
 HEAD_FORMAT = "minitorch-spec-draft-head/1"
 TTT_MAX_STEPS = 4  # training-time test: at most this many draft steps a training pass
@@ -150,6 +150,7 @@ class DraftHead(Module):
             p.value.requires_grad_(True)
         self._cos: Optional[Tensor] = None
         self._sin: Optional[Tensor] = None
+        self._stacks = StackCache()  # draft_step's DecoderStack, per vocabulary rows
 
     def _rope(self, start: int, t: int) -> tuple[Tensor, Tensor]:
         if self._cos is None or self._cos.shape[0] < start + t:
@@ -275,25 +276,39 @@ class DraftHead(Module):
         (the CPU's decoder_forward) and packed weights (packed()), one call after fc: the same kernels in the
         same order as forward + logits, so the same bits (tests/test_draft_head.py)."""
         from ..autodiff import is_grad_enabled
-        from .qwen2 import layer_weights
 
         fwd = getattr(self.backend, "decoder_forward", None)
-        lm = lm_head.narrow(0, 0, rows)
-        layers = [layer_weights(self.layer)]
-        if fwd is None or is_grad_enabled() or feats.shape[0] != 1 or not self.backend.decoder_supports(layers, lm):
-            g = self(feats, emb, cache)
-            last = g.narrow(1, g.shape[1] - 1, 1)
-            return last, self.logits(last, lm_head, rows)
+        if fwd is None or is_grad_enabled() or feats.shape[0] != 1:
+            return self._step_by_ops(feats, emb, cache, lm_head, rows)
         t = feats.shape[1]
         cache.check_room(t)
-        self._rope(cache.length, t)  # the tables cover the new positions
+        self._rope(cache.length, t)  # the tables cover the new positions (before the stack reads them)
+        stack = self._stack(lm_head, rows)
+        if not self.backend.decoder_supports(stack):
+            return self._step_by_ops(feats, emb, cache, lm_head, rows)
         x = self.fc(nn.cat([feats, emb], -1))  # (1, T, D): forward's first op
-        c = self.config
-        logits, hidden = fwd(None, None, layers, None, lm, float(c.rms_norm_eps),
-                             c.num_attention_heads, c.num_key_value_heads, c.head_dim, self._cos, self._sin, cache, 1,
-                             True, x0=x.to_numpy()[0])
+        logits, hidden = fwd(stack, x0=x.to_numpy()[0], cache=cache, last_n=1, return_hidden=True)
         return (from_numpy(np.ascontiguousarray(hidden[t - 1:])[None], backend=self.backend),
                 from_numpy(logits[None], backend=self.backend))
+
+    def _step_by_ops(self, feats: Tensor, emb: Tensor, cache: KVCache, lm_head: Any,
+                     rows: int) -> tuple[Tensor, Tensor]:
+        g = self(feats, emb, cache)
+        last = g.narrow(1, g.shape[1] - 1, 1)
+        return last, self.logits(last, lm_head, rows)
+
+    def _stack(self, lm_head: Any, rows: int) -> Any:
+        """The layer and lm_head's first `rows` rows as the one-call forward's DecoderStack: no embedding (the
+        input is fc's output) and no final norm (g is the layer's output); kept while its weights are these."""
+        from ..tensor_ops import DecoderStack
+        from .qwen2 import layer_weights
+
+        layers = (layer_weights(self.layer),)
+        c = self.config
+        return self._stacks.get(
+            rows, (layers, lm_head, getattr(lm_head, "activations", None), self._cos, self._sin),
+            lambda: DecoderStack(None, layers, None, lm_head.narrow(0, 0, rows), float(c.rms_norm_eps),
+                                 c.num_attention_heads, c.num_key_value_heads, c.head_dim, self._cos, self._sin))
 
     def new_cache(self, max_len: int) -> KVCache:
         c = self.config
