@@ -371,7 +371,7 @@ def cpu_head(folder: Any, target: Any) -> Any:
 
 def load_head_for(args: argparse.Namespace, target: Any) -> Any:
     """--head DIR, else the cache's head for the target; missing, corrupt or another target's: one clear line."""
-    from minitorch.models.draft_head import load_head
+    from minitorch.models.head_io import load_head
 
     folder = getattr(args, "head", None) or default_head_dir(target)
     return load_head(folder, target)
