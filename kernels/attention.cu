@@ -11,9 +11,6 @@
 //   16-byte loads of a chunk issued together when rows are 16-byte aligned); each row keeps
 //   an online softmax (running max m, sum l) and an unnormalised fp32 accumulator, written to the
 //   workspace (ws_m, ws_l: rows x nsplit; ws_acc: rows x nsplit x D; rows = B*Hq*T).
-//   The first chunk's K/V loads are issued with q and the cache position (they do not depend on it;
-//   keys past the last visible one are zeroed afterwards), and the kernel triggers its dependent
-//   launch at once (PDL), when built with -DATT_EARLY_KV=1 / -DATT_TRIGGER_EARLY=1 (default off).
 // attn_partial_bf16_d64 / _d128: attn_partial_bf16 for the decoder's head sizes and 16-byte aligned K/V
 //   rows, same launch, same bits (attn_partial_fast). A decode step runs attention once a layer on a cold
 //   instruction cache: the generic kernel's 75 KB of unrolled code (now 52 KB) cost ~7 us a launch more on
@@ -36,9 +33,7 @@
 
 #define ATT_RMAX 8
 #define ATT_CH 32
-#ifndef ATT_DMAX
-#define ATT_DMAX 256
-#endif
+#define ATT_DMAX 256  // largest head dim: minitorch/cuda/launch.py's ATT_DMAX checks it (keep the two equal)
 #define ATT_THREADS 128
 #define ATT_CG 16  // splits the combine kernel loads at once
 
@@ -95,24 +90,7 @@ __device__ __forceinline__ void tile_dot2(const float* qa, const float* qb, cons
   }
 }
 
-#ifndef ATT_VMAX
-#define ATT_VMAX 8
-#endif
-//  // 16-byte chunks per thread per tile held in registers (vector path)
-// Off by default: with both on, the 1.5B decode step was 2% slower on the H200 (kernels/NOTES.md, round 3)
-#ifndef ATT_EARLY_KV
-#define ATT_EARLY_KV 0  // issue the first chunk's K/V loads with q and the cache position (one round trip)
-#endif
-#ifndef ATT_STOP
-#define ATT_STOP 0  // diagnostics only (tools/attn_probe.py; wrong numbers): 1 = attn_partial returns after its
-                    // pdl_wait, 2 = after loading q and the position, 3 = attn_combine returns after its pdl_wait
-#endif
-#ifndef ATT_FAST_BROKEN
-#define ATT_FAST_BROKEN 0  // tests only: attn_partial_bf16_d64/_d128 drop the last key of every chunk
-#endif
-#ifndef ATT_TRIGGER_EARLY
-#define ATT_TRIGGER_EARLY 0  // attn_partial lets attn_combine (and through it the O projection) launch at once
-#endif
+#define ATT_VMAX 8  // 16-byte chunks per thread per tile held in registers (vector path: ATT_DMAX bf16 rows)
 
 // Code size matters here: a step runs each attention kernel once a layer on cold instruction caches, and
 // the first version (75 KB of unrolled code, an integer division in every unrolled element) cost ~7 us a
@@ -275,15 +253,11 @@ __device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* w
                    (((size_t)vbase) & 15) == 0 && per <= ATT_VMAX;
   const i64 kslb = ksl * (i64)sizeof(T), vslb = vsl * (i64)sizeof(T);
   uint4 kreg[ATT_VMAX], vreg[ATT_VMAX];
-  // the first chunk's keys exist in the cache whatever the position (they are masked below): their
-  // loads need not wait for it
-  if (ATT_EARLY_KV && vec) load_kv_chunk(kreg, vreg, kbase, vbase, kslb, vslb, kstart, min(ATT_CH, L - kstart), cpr, per);
   const int q_start = (pos_ptr ? *pos_ptr : 0) + q_off;
   int kmax = 0;  // one past the last key any row of this block sees
   for (int r = 0; r < nrows; ++r) kmax = max(kmax, min(q_start + ((r0 + r) % Tq), L - 1) + 1);
   const int kend = min(kstart + KB, kmax);
   if (kstart >= kmax) return false;  // uniform over the block: before any barrier
-  if (ATT_STOP == 2) return false;
 
   {
     RowCol e(D);
@@ -299,15 +273,7 @@ __device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* w
 
   for (int c0 = kstart; c0 < kend; c0 += ATT_CH) {
     const int nk = min(ATT_CH, kend - c0);
-    if (vec) {
-      if (!ATT_EARLY_KV || c0 != kstart) {
-        load_kv_chunk(kreg, vreg, kbase, vbase, kslb, vslb, c0, nk, cpr, per);
-      } else {  // preloaded up to the cache's end: keys past the last visible one become zeros, as above
-#pragma unroll
-        for (int u = 0; u < ATT_VMAX; ++u)
-          if ((tid + u * ATT_THREADS) / cpr >= nk) { kreg[u] = make_uint4(0, 0, 0, 0); vreg[u] = make_uint4(0, 0, 0, 0); }
-      }
-    }
+    if (vec) load_kv_chunk(kreg, vreg, kbase, vbase, kslb, vslb, c0, nk, cpr, per);
     fill_tile<T>(tile_raw, rowb, vec, kreg, per, cpr, kbase, ksl, c0, nk, D);
     __syncthreads();
     for (int p = tid; p < ATT_RMAX * ATT_CH; p += ATT_THREADS) {
@@ -458,7 +424,7 @@ __device__ bool attn_partial_fast(const bf16_t* q, const bf16_t* kc, const bf16_
     {
       float sa, sb;
       tile_dot2(qs + ra * DH, qs + rb * DH, reinterpret_cast<const bf16_t*>(tile + sj * ROWB), DH, sa, sb);
-      const bool kj = sj < nk - ATT_FAST_BROKEN;
+      const bool kj = sj < nk;  // a key of this chunk
       sc[ra * ATT_CH + sj] = (ra < nrows && kj && c0 + sj <= ta) ? sa : -MT_INF;
       sc[rb * ATT_CH + sj] = (rb < nrows && kj && c0 + sj <= tb) ? sb : -MT_INF;
     }
@@ -525,9 +491,7 @@ extern "C" {
       const T* q, const T* kc, const T* vc, float* ws_m, float* ws_l, float* ws_acc, const int* pos_ptr,   \
       int q_off, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 ksl, i64 vsb, i64 vsh, i64 vsl, int Hq,  \
       int Hkv, int Tq, int D, int L, int KB, float scale, int nsplit) {                                    \
-    if (ATT_TRIGGER_EARLY) pdl_trigger(); /* attn_combine may launch and wait in its own pdl_wait */     \
     pdl_wait();                                                                                           \
-    if (ATT_STOP == 1) return;                                                                            \
     for (int split = blockIdx.x; split < nsplit; split += gridDim.x) {                                   \
       if (!attn_partial_body<T>(q, kc, vc, ws_m, ws_l, ws_acc, pos_ptr, q_off, qsb, qsh, qst, ksb,  \
                                        ksh, ksl, vsb, vsh, vsl, Hq, Hkv, Tq, D, L, KB, scale, (T*)0, 0, 0, \
@@ -541,7 +505,6 @@ extern "C" {
                                      const int* pos_ptr, int q_off, int L, int KB) {                       \
     pdl_trigger(); /* the O projection may start streaming its weights */                                 \
     pdl_wait();                                                                                           \
-    if (ATT_STOP == 3) return;                                                                            \
     attn_combine_body<T>(ws_m, ws_l, ws_acc, out, osb, osh, ost, Hq, Tq, D, nsplit, pos_ptr, q_off, L, KB); \
   }
 ATT_INST(f32, float)

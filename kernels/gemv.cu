@@ -18,7 +18,7 @@
 //   does not depend on how many tokens share the launch (greedy speculative == autoregressive).
 //   Kernels with more than 8 sums a warp (ROWS * TMAX: the verify steps) reduce them all in one
 //   reduce-scatter (warp_sum_scatter: the same partners in the same order as warp_sum, so the same
-//   bits) with P - 1 + log2(32 / P) shuffles for P padded sums instead of 5 a sum (-DGEMV_RS=0: off).
+//   bits) with P - 1 + log2(32 / P) shuffles for P padded sums instead of 5 a sum.
 //   norm (gemv{TMAX}_norm_qkvrope_*, the QKV projection of models with hidden <= 2048): x is the fp32
 //          residual stream (T, K) and nw a bf16 RMSNorm weight; each block computes
 //          rsqrt(mean(x^2) + eps) per token itself (from the thread's own 16-byte chunks, the ones
@@ -40,58 +40,24 @@
 //          each head to (0, D/2, 1, D/2 + 1, ...); adds the (permuted) bias to the bf16-rounded
 //          product, applies rope at position *pos + t and writes q_out (T, Hq, D) and the K / V
 //          caches (Hkv, max_len, D): qkv_rope_append_il_bf16 (kv_cache.cu) without its own launch.
-// PDL and memory round trips (kernels/NOTES.md, round 3): every block loads its first weight chunks
-//   into registers BEFORE pdl_wait() (weights are constant, so a block that is resident while the
-//   previous kernel finishes has its first weight round trip behind it: -DGEMV_EARLY_W=0 turns this
-//   off), and the epilogue's operands are in flight with the weight stream instead of after the
-//   reduction: the qkv bias (before the wait), the cache position and the residual values the block
-//   adds to (right after it), the RMSNorm weight with the last block's row (-DGEMV_EARLY_EPI=0: off).
-//   The successor is triggered right after pdl_wait() (-DGEMV_TRIGGER_EARLY=0: after the loop, as
-//   before), so its blocks can be resident and load their own weights during this kernel's tail.
-//   -DGEMV_PREFETCH_BLOCKS=n: blocks with blockIdx.x < n prefetch their first weight chunks into L2
-//   before pdl_wait(). Default 0 = off: on the H200 (2026-11-30) the L2 prefetch made the 7B decode
-//   step ~6% slower with the resnorm epilogue and gained nothing at 1.5B.
-// 8-bit rows (gemv1[r16]*_i8, one-token steps of a speculative draft: CudaDecoder(int8_weights=True)): the same
-//   body with int8 codes and one fp32 scale a row; a thread's chunk holds GEMV_I8_CHUNK codes, its sums are
-//   scaled before the reduction. Experimental: not faster than bf16 rows on the H200 so far (round 9).
+// PDL and memory round trips (kernels/NOTES.md): one-token kernels load their first weight chunks into
+//   registers BEFORE pdl_wait() (weights are constant, so a block that is resident while the previous
+//   kernel finishes has its first weight round trip behind it), and their epilogue operands are in
+//   flight with the weight stream instead of after the reduction: the qkv bias (before the wait), the
+//   cache position and the residual values the block adds to (right after it), the RMSNorm weight with
+//   the last block's row. The successor is triggered right after pdl_wait(), so its blocks can be
+//   resident and load their own weights during this kernel's tail. Weights are loaded evict-first
+//   (ld.global.cs: the weight stream leaves L1 and L2 to code, K/V and activations).
+// 8-bit rows (gemv1[r16]*_i8, gemv2*_i8: steps of a speculative draft, CudaDecoder(int8_weights=True)): the
+//   same body with int8 codes and one fp32 scale a row; a thread's chunk holds 8 codes (converted by byte
+//   permute), its sums are scaled before the reduction.
 // Limits: K % 8 == 0, x_stride % 8 == 0, W / x 16-byte aligned (the host checks); N, K < 2^31.
 #include "common.cuh"
 #include "qkv_rope.cuh"
 
-#ifndef GEMV_W_STREAM
-#define GEMV_W_STREAM 1  // 1: weight loads as ld.global.cs (evict-first in L1 and L2: the weight stream then
-                         // leaves the caches to code, K/V and activations); 0: ld.global.nc (__ldg).
-// Measured on the H200 (round 8, call 35, random weights, one call): 0.5B step 0.701 -> 0.656 ms, 1.5B
-// 1.486 -> 1.414 (tc) and 1.323 -> 1.280 ms (CUDA cores). The loaded values are the same; only the policy.
-#endif
-#if GEMV_W_STREAM
-#define WLD(p) __ldcs(p)
-#else
-#define WLD(p) __ldg(p)
-#endif
+#define WLD(p) __ldcs(p)  // weight loads: evict-first in L1 and L2 (the same values as __ldg; only the policy)
 
 #define GEMV_THREADS 256
-#ifndef GEMV_PREFETCH_BLOCKS
-#define GEMV_PREFETCH_BLOCKS 0
-#endif
-#ifndef GEMV_EARLY_W
-#define GEMV_EARLY_W 1
-#endif
-#ifndef GEMV_EARLY_EPI
-#define GEMV_EARLY_EPI 1
-#endif
-#ifndef GEMV_TRIGGER_EARLY
-#define GEMV_TRIGGER_EARLY 1
-#endif
-#ifndef GEMV_RS
-#define GEMV_RS 1  // kernels with more than 8 sums a warp reduce them with warp_sum_scatter (0: warp_sum each)
-#endif
-#ifndef GEMV_I8_BROKEN
-#define GEMV_I8_BROKEN 0  // tests only: the *_i8 kernels scale every row of a block by its first row's scale
-#endif
-#ifndef GEMV_RS_BROKEN
-#define GEMV_RS_BROKEN 0  // tests only: those kernels sum lanes in another order (offsets 1, 2, .. 16): not exact
-#endif
 
 __device__ __forceinline__ float round_bf16(float x) { return to_f(from_f<bf16_t>(x)); }
 
@@ -146,42 +112,24 @@ __device__ __forceinline__ void load_x8(const void* __restrict__ xv, const bf16_
   }
 }
 
-// Weight chunks: 8 bf16 weights in 16 bytes (WB = 2), or GEMV_I8_CHUNK signed 8-bit codes (WB = 1: the *_i8
-// kernels; the row's scale is applied once, after the loop) in 8 or 16 bytes.
-#ifndef GEMV_I8_CHUNK
-#define GEMV_I8_CHUNK 8  // codes a chunk: 8 (uint2, a bf16 row's chunk count) or 16 (uint4, half of it)
-#endif
-#ifndef GEMV_I8_PRMT
-#define GEMV_I8_PRMT 1  // 1: code -> float by byte permute + one subtraction; 0: the int -> float conversion
-#endif
+// Weight chunks: 8 bf16 weights in 16 bytes (WB = 2), or 8 signed 8-bit codes in 8 bytes (WB = 1: the *_i8
+// kernels; the row's scale is applied once, after the loop): a row has K / 8 chunks either way.
 template <int WB> struct WChunk { typedef uint4 type; };
-#if GEMV_I8_CHUNK == 16
-template <> struct WChunk<1> { typedef uint4 type; };
-#else
 template <> struct WChunk<1> { typedef uint2 type; };
-#endif
 template <typename C> __device__ __forceinline__ C zero_chunk();
 template <> __device__ __forceinline__ uint4 zero_chunk<uint4>() { return make_uint4(0u, 0u, 0u, 0u); }
 template <> __device__ __forceinline__ uint2 zero_chunk<uint2>() { return make_uint2(0u, 0u); }
 // 4 codes (bytes of u, signed) -> 4 floats. PRMT: the biased byte (code + 128) becomes the low byte of the
 // float 2^23 + code + 128, exact, and one subtraction leaves the code (no I2F, a quarter-rate instruction).
 __device__ __forceinline__ void i8x4_to_f32(unsigned int u, float* f) {
-#if GEMV_I8_PRMT
   const unsigned int b = u ^ 0x80808080u;
 #pragma unroll
   for (int i = 0; i < 4; ++i) f[i] = __uint_as_float(__byte_perm(b, 0x4B000000u, 0x7650 + i)) - 8388736.f;
-#else
-#pragma unroll
-  for (int i = 0; i < 4; ++i) f[i] = (float)(signed char)(u >> (8 * i));
-#endif
 }
 template <int WB>
 __device__ __forceinline__ void wchunk_to_f32(const uint4& v, float* f) {
-  if constexpr (WB == 2) {
-    bf16x8_to_f32(v, f);
-  } else {
-    i8x4_to_f32(v.x, f); i8x4_to_f32(v.y, f + 4); i8x4_to_f32(v.z, f + 8); i8x4_to_f32(v.w, f + 12);
-  }
+  static_assert(WB == 2, "16-byte chunks hold bf16 weights");
+  bf16x8_to_f32(v, f);
 }
 template <int WB>
 __device__ __forceinline__ void wchunk_to_f32(const uint2& v, float* f) {
@@ -194,7 +142,7 @@ template <int ROWS, int TMAX, int MODE, int WB = 2, typename C = uint4>
 __device__ __forceinline__ void gemv_accum(const C (&wv)[ROWS], const void* __restrict__ x,
                                            const bf16_t* __restrict__ nw, const float* inv, int kc, int T,
                                            int x_stride, int K, float (&acc)[ROWS][TMAX]) {
-  constexpr int CW = WB == 2 ? 8 : GEMV_I8_CHUNK;
+  constexpr int CW = 8;  // weights a chunk, bf16 or 8-bit
   float wf[ROWS][CW];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) wchunk_to_f32<WB>(wv[r], wf[r]);
@@ -243,9 +191,7 @@ __device__ void resnorm_row(const float* row, const bf16_t* __restrict__ nw, bf1
     for (int u = 0; u < RN_V; ++u) {
       int k = 4 * (tid + u * GEMV_THREADS);
       v[u] = k < n ? ld_cg_f4(row + k) : make_float4(0.f, 0.f, 0.f, 0.f);
-#if GEMV_EARLY_EPI
       wv[u] = k < n ? __ldg(reinterpret_cast<const uint2*>(nw + k)) : make_uint2(0u, 0u);
-#endif
     }
 #pragma unroll
     for (int u = 0; u < RN_V; ++u)
@@ -267,12 +213,8 @@ __device__ void resnorm_row(const float* row, const bf16_t* __restrict__ nw, bf1
       int k = 4 * (tid + u * GEMV_THREADS);
       if (k < n) {
         const float x[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-#if GEMV_EARLY_EPI
         const float wf[4] = {__uint_as_float(wv[u].x << 16), __uint_as_float(wv[u].x & 0xffff0000u),
                              __uint_as_float(wv[u].y << 16), __uint_as_float(wv[u].y & 0xffff0000u)};
-#else
-        const float wf[4] = {to_f(nw[k]), to_f(nw[k + 1]), to_f(nw[k + 2]), to_f(nw[k + 3])};
-#endif
 #pragma unroll
         for (int i = 0; i < 4; ++i) out[k + i] = from_f<bf16_t>(round_bf16(x[i] * inv) * wf[i]);
       }
@@ -385,7 +327,7 @@ __device__ __forceinline__ void gemv_epilogue(float (*red)[ROWS * TMAX], int n0,
 // instantiation sums a token's row in the same order.
 // WB: bytes a weight, 2 (bf16 rows) or 1 (8-bit rows: the *_i8 kernels, W int8 codes (K % 16 == 0) and wscale
 // one fp32 scale a row; each thread's sums are scaled by its row's scale before the reduction). A thread's
-// chunk c holds 8 bf16 weights or GEMV_I8_CHUNK codes: inputs c * CW ... c * CW + CW - 1.
+// chunk c holds 8 bf16 weights or 8 codes: inputs 8c ... 8c + 7.
 template <int ROWS, int TMAX, int MODE, int OUT, int CH = 2, int WB = 2>
 __device__ void gemv_body(const void* __restrict__ W, const void* __restrict__ x, const bf16_t* __restrict__ nw,
                           float eps, bf16_t* __restrict__ yb, float* __restrict__ yf, float* __restrict__ resid,
@@ -398,7 +340,8 @@ __device__ void gemv_body(const void* __restrict__ W, const void* __restrict__ x
   const int K8 = K >> 3;
   constexpr bool I8 = WB == 1;
   typedef typename WChunk<WB>::type C;  // a thread's weight chunk (uint4, or uint2 for 8-code chunks)
-  const int KC = I8 ? K / GEMV_I8_CHUNK : K8;  // weight chunks a row
+  const int KC = I8 ? K / 8 : K8;  // weight chunks a row, 8 weights each (the 8-bit kernels' signed division kept:
+                                   // the build is the same code as before their chunk size was fixed at 8)
   const C* __restrict__ wr[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
@@ -408,30 +351,21 @@ __device__ void gemv_body(const void* __restrict__ W, const void* __restrict__ x
   }
   float wsc[ROWS];  // 8-bit rows: their scales (constant: loaded before the wait)
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) wsc[r] = I8 ? __ldg(wscale + min(n0 + (GEMV_I8_BROKEN ? 0 : r), N - 1)) : 1.f;
-#if GEMV_PREFETCH_BLOCKS > 0
-  if (blockIdx.x < GEMV_PREFETCH_BLOCKS) {
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      if (tid < KC) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + tid));
-      if (tid + GEMV_THREADS < KC) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + tid + GEMV_THREADS));
-    }
-  }
-#endif
+  for (int r = 0; r < ROWS; ++r) wsc[r] = I8 ? __ldg(wscale + min(n0 + r, N - 1)) : 1.f;
   int k8 = tid;
   C a[ROWS], b[ROWS];
   // one-token kernels (the decode step) load their first weight chunks before the wait: the weights are
   // constant, so those loads may be in flight while the previous kernel ends. Kernels for several
   // tokens keep the loads inside the loop (holding the chunks across the wait cost them registers:
   // 73 -> 96 for gemv16_bf16, 2 blocks a multiprocessor instead of 3)
-  constexpr bool EW = GEMV_EARLY_W && TMAX == 1;
+  constexpr bool EW = TMAX == 1;
   if (EW) {
     load_w<ROWS>(wr, k8, KC, a);
     if (CH == 2) load_w<ROWS>(wr, k8 + GEMV_THREADS, KC, b);
   }
   // epilogue operands, in flight with the weight stream instead of after the reduction (one-token
   // kernels; for several tokens the early loads cost registers: 80 -> 96 for gemv16_resnorm_bf16)
-  constexpr bool EE = GEMV_EARLY_EPI && TMAX == 1;
+  constexpr bool EE = TMAX == 1;
   const int ep = tid / TMAX, et = tid % TMAX;  // epilogue thread: row (pair) ep, token et (prologue loads)
   float eb1 = 0.f, eb2 = 0.f;
   if (OUT == OUT_QKVROPE && EE && ra.bias && tid < (ROWS / 2) * TMAX && n0 + 2 * ep < N) {
@@ -439,9 +373,7 @@ __device__ void gemv_body(const void* __restrict__ W, const void* __restrict__ x
     eb2 = to_f(ra.bias[n0 + 2 * ep + 1]);
   }
   pdl_wait();  // x / resid / pos / outputs are touched only after this
-#if GEMV_TRIGGER_EARLY
   pdl_trigger();  // the next kernel may launch now: its blocks load their own weights during our tail
-#endif
   int epos = 0;
   float rold = 0.f;
   if (EE) {
@@ -539,9 +471,6 @@ __device__ void gemv_body(const void* __restrict__ W, const void* __restrict__ x
     }
     gemv_accum<ROWS, TMAX, MODE, WB, C>(a, x, nw, inv, k8, T, x_stride, K, acc);
   }
-#if !GEMV_TRIGGER_EARLY
-  pdl_trigger();  // weights streamed: the next kernel may launch and load its own
-#endif
   if (I8) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r)
@@ -550,16 +479,7 @@ __device__ void gemv_body(const void* __restrict__ W, const void* __restrict__ x
   }
   __syncthreads();  // `red` is reused below
   constexpr int NV = ROWS * TMAX;  // sums of this warp: (row r, token t) at r * TMAX + t
-  if constexpr (GEMV_RS_BROKEN && NV > 8) {  // a deliberately wrong order (tests/test_cuda_gemv_tokens.py)
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-      for (int t = 0; t < TMAX; ++t) {
-        float v = acc[r][t];
-        for (int o = 1; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) red[wid][r * TMAX + t] = v;
-      }
-  } else if constexpr (GEMV_RS && NV > 8 && NV <= 32) {  // several tokens: one reduce-scatter, the same bits
+  if constexpr (NV > 8 && NV <= 32) {  // several tokens: one reduce-scatter, the same bits
     constexpr int P = NV <= 16 ? 16 : 32;
     float y[32];
 #pragma unroll
@@ -601,25 +521,8 @@ __device__ void gemv_body(const void* __restrict__ W, const void* __restrict__ x
 // with many output rows: twice the weight bytes in flight per thread for one set of token loads). The
 // tiles' mma's are independent, so NT changes no bit; neither does U (chunks a warp loads per round:
 // the chunks are accumulated in the same order however they are grouped into loads). Only the split of
-// K over the 8 warps fixes the order. GEMV_TC_U<TT>[W]: U per instantiation (build-time A/B).
-#ifndef GEMV_TC_U8
-#define GEMV_TC_U8 4
-#endif
-#ifndef GEMV_TC_U8W
-#define GEMV_TC_U8W 4
-#endif
-#ifndef GEMV_TC_U16
-#define GEMV_TC_U16 4
-#endif
-#ifndef GEMV_TC_U16W
-#define GEMV_TC_U16W 2
-#endif
-#ifndef GEMV_TC_PREFETCH
-#define GEMV_TC_PREFETCH 1  // 0: a round's weights are loaded only after the previous round's products
-#endif
-#ifndef GEMV_TC_BROKEN
-#define GEMV_TC_BROKEN 0  // tests only: token t's sums pick up token t + 1's inputs (rows of A shifted)
-#endif
+// K over the 8 warps fixes the order. U per instantiation: GEMV_TC_INST's fourth argument. Each round also
+// loads the next round's weights before its products (two rounds in flight).
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2,
                                                unsigned int a3, unsigned int b0, unsigned int b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -643,7 +546,7 @@ __device__ void gemv_tc_body(const bf16_t* __restrict__ W, const bf16_t* __restr
   const uint4* __restrict__ wrow[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) wrow[j] = reinterpret_cast<const uint4*>(W + (i64)min(n0 + 8 * j + g, N - 1) * K);
-  const int gl = GEMV_TC_BROKEN ? g + 1 : g;
+  const int gl = g;  // the token of this lane's A rows: g (and g + 8)
   const uint4* __restrict__ xlo = reinterpret_cast<const uint4*>(x + (i64)gl * x_stride);        // token g
   const uint4* __restrict__ xhi = reinterpret_cast<const uint4*>(x + (i64)(gl + 8) * x_stride);  // token g + 8
   const bool lo = gl < T, hi = TT == 16 && gl + 8 < T;
@@ -660,7 +563,6 @@ __device__ void gemv_tc_body(const bf16_t* __restrict__ W, const bf16_t* __restr
 #pragma unroll
   for (int j = 0; j < NT; ++j) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.f;
   for (int ch0 = wid; ch0 < NC; ch0 += WARPS * U) {
-#if GEMV_TC_PREFETCH
     // the next round's weights are loaded before this round's products (two rounds in flight)
     uint4 wn[U][NT];
     const bool more = ch0 + WARPS * U < NC;
@@ -670,16 +572,6 @@ __device__ void gemv_tc_body(const bf16_t* __restrict__ W, const bf16_t* __restr
 #pragma unroll
       for (int j = 0; j < NT; ++j) wn[u][j] = more && p < K8 ? WLD(wrow[j] + p) : zero;
     }
-#else
-    if (ch0 != wid) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int p = 4 * (ch0 + WARPS * u) + c;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) wv[u][j] = p < K8 ? WLD(wrow[j] + p) : zero;
-      }
-    }
-#endif
     uint4 xa[U], xb[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -697,12 +589,10 @@ __device__ void gemv_tc_body(const bf16_t* __restrict__ W, const bf16_t* __restr
         }
       }
     }
-#if GEMV_TC_PREFETCH
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int j = 0; j < NT; ++j) wv[u][j] = wn[u][j];
-#endif
   }
   // tile j: d0 / d1 = token g, rows 8j + 2c / 8j + 2c + 1; d2 / d3 = token g + 8 (TT = 16 only)
 #pragma unroll
@@ -844,8 +734,8 @@ GEMV_I8_INST(2, 8, 2)
     gemv_tc_body<TT, NT, U, OUT_QKVROPE>(W, x, 0, 0.f, 0, 0, 0, N, K, T, K, 0,                            \
                                          RopeArgs{bias, pos, theta, QkvOut<bf16_t>{q_out, kc, vc, Hq, Hkv, D, max_len}}); \
   }
-GEMV_TC_INST(gemvtc8, 8, 1, GEMV_TC_U8, 2)
-GEMV_TC_INST(gemvtc8w, 8, 2, GEMV_TC_U8W, 2)
-GEMV_TC_INST(gemvtc16, 16, 1, GEMV_TC_U16, 2)
-GEMV_TC_INST(gemvtc16w, 16, 2, GEMV_TC_U16W, 2)
+GEMV_TC_INST(gemvtc8, 8, 1, 4, 2)
+GEMV_TC_INST(gemvtc8w, 8, 2, 4, 2)
+GEMV_TC_INST(gemvtc16, 16, 1, 4, 2)
+GEMV_TC_INST(gemvtc16w, 16, 2, 2, 2)
 }

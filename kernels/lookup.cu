@@ -18,9 +18,6 @@
 #include "common.cuh"
 
 #define LOOKUP_THREADS 512
-#ifndef LOOKUP_BROKEN
-#define LOOKUP_BROKEN 0  // 1: the earliest match instead of the latest (a deliberately wrong rule, for the tests)
-#endif
 
 __device__ __forceinline__ i64 seq_at(const i64* ctx, int L, const i64* ttok, int i) {
   return i < L ? ctx[i] : ttok[1 + i - L];
@@ -33,16 +30,14 @@ __global__ void ngram_lookup(i64* ttok, const i64* ctx, const int* ctx_len, int 
   const int L = *ctx_len, N = L + gq, tid = threadIdx.x;
   int src = N - 1;  // s + n of the match; no match: copy S's last token forward
   for (int n = min(max_n, N - 1); n >= 1; --n) {
-    if (tid == 0) best = LOOKUP_BROKEN ? 0x7fffffff : -1;
+    if (tid == 0) best = -1;
     __syncthreads();
     bool any = false;
     for (int top = N - n - 1; top >= 0 && !any; top -= LOOKUP_THREADS) {  // starts top, top - 1, ...
-      int s = LOOKUP_BROKEN ? (N - n - 1) - top + tid : top - tid;  // broken: from the front
+      int s = top - tid;
       bool hit = s >= 0 && s <= N - n - 1;
       for (int j = 0; j < n && hit; ++j) hit = seq_at(ctx, L, ttok, s + j) == seq_at(ctx, L, ttok, N - n + j);
-      if (hit) {
-        if (LOOKUP_BROKEN) atomicMin(&best, s); else atomicMax(&best, s);
-      }
+      if (hit) atomicMax(&best, s);  // the latest match
       any = __syncthreads_or(hit);
     }
     const int b = best;

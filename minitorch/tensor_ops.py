@@ -10,6 +10,7 @@ installs (docs/ARCHITECTURE.md).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -451,6 +452,23 @@ class LayerWeights(NamedTuple):
     # instead of n; None: each separately. gate_up: the same for (gate, up).
     qkv: Any = None
     gate_up: Any = None
+
+
+@dataclass(frozen=True)
+class DecoderStack:
+    """A whole pre-norm decoder as the `decoder_forward` slot runs it: the model builds it once (and anew when a
+    weight or its rotary tables change), the backend runs it; each call adds only ids, cache, last_n, return_hidden
+    and x0. embed None: every call passes x0 (a draft head's fc output); norm None: no final norm."""
+    embed: Any  # (V, D) Tensor or PackedWeight, or None
+    layers: Tuple[LayerWeights, ...]
+    norm: Any  # (D,) final norm weight, or None
+    head: Any  # (rows, D) the vocabulary projection (PackedWeight)
+    eps: float
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    cos_table: Any  # (max_pos, head_dim) Tensor: rows start.. are the new positions'
+    sin_table: Any
 
 
 class TensorBackend:

@@ -148,7 +148,7 @@ def cached_head(target: Any) -> Optional[Path]:
 
 def load_head_for(folder: Optional[str], target: Any) -> Any:
     """The head in `folder`, else the cache's head for the target; missing, corrupt or another target's: one line."""
-    from minitorch.models.draft_head import load_head
+    from minitorch.models.head_io import load_head
 
     return load_head(folder or default_head_dir(target), target)
 

@@ -27,7 +27,7 @@ from project.settings import DEFAULT_TARGET, UserError
 from project.evaluation.data import DEFAULT_DATA_DIR, data_stem
 
 DEFAULT_DATA = DEFAULT_DATA_DIR / "gsm8k" / "train.jsonl.gz"
-TTT_MAX_STEPS = 4  # minitorch.models.draft_head.TTT_MAX_STEPS (not imported here: --help stays light)
+TTT_MAX_STEPS = 4  # training/ttt.py's TTT_MAX_STEPS (not imported here: --help stays light)
 EVAL_STEPS = 3  # held-out agreement of draft steps 1..max(3, --ttt-steps), with or without the training-time test
 
 
@@ -146,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from minitorch import Adam
     from minitorch.models import cache_root, load_model
-    from minitorch.models.draft_head import DraftHead, DraftHeadConfig, load_head, target_fingerprint, ttt_weights
+    from minitorch.models.draft_head import DraftHead, DraftHeadConfig, target_fingerprint
+    from minitorch.models.head_io import load_head, save_head
+    from project.training.objective import ttt_weights
     from project.training.features import FeatureStore
     from project.training.loop import (TrainState, build_batch, dense_rows, evaluate, load_checkpoint, lr_at,
                                make_batches, save_checkpoint, time_bounded_total, train_step)
@@ -270,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                     "heldout": state.evals[-1] if state.evals else None}
     if init:
         cfg.training["init"] = init
-    head.save(out, args.save_dtype)
+    save_head(head, out, args.save_dtype)
     report = {"head": str(out), "target": str(args.target), "fingerprint": fp, **cfg.training,
               "tokens_per_s": round(tokens_done / max(t_train, 1e-9), 1), "evals": state.evals}
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -60,3 +60,73 @@ def ref_in(x: np.ndarray, dtype: str) -> np.ndarray:
 
 def tol(dtype: str) -> dict:
     return BF16_TOL if dtype == "bfloat16" else F32_TOL
+
+
+# ---- deliberately broken kernels: a test shows its power by failing on one ----
+# Each variant: (kernels/<file>.cu, [(correct text, broken text), ...]). The product kernels carry no switch for
+# these; a GPU test compiles the patched source through NVRTC (use_broken_kernels) and must fail on it.
+# tests/test_cuda_sources.py checks on the CPU that every correct text occurs exactly once, so a kernel
+# edit that moves one fails there rather than only on a GPU.
+BROKEN_KERNELS = {
+    # the *_i8 GEMVs scale every row of a block by its first row's scale (tests/test_cuda_int8.py)
+    "gemv_i8": ("gemv", [("wsc[r] = I8 ? __ldg(wscale + min(n0 + r, N - 1)) : 1.f;",
+                          "wsc[r] = I8 ? __ldg(wscale + min(n0, N - 1)) : 1.f;")]),
+    # several-token GEMVs sum a warp's lanes in another order (offsets 1, 2, .. 16): within rounding of the
+    # right sums, not the one-token kernels' bits (tests/test_cuda_gemv_tokens.py)
+    "gemv_rs": ("gemv", [(
+        "  if constexpr (NV > 8 && NV <= 32) {  // several tokens: one reduce-scatter, the same bits\n",
+        "  if constexpr (NV > 8) {\n"
+        "#pragma unroll\n"
+        "    for (int r = 0; r < ROWS; ++r)\n"
+        "#pragma unroll\n"
+        "      for (int t = 0; t < TMAX; ++t) {\n"
+        "        float v = acc[r][t];\n"
+        "        for (int o = 1; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+        "        if (lane == 0) red[wid][r * TMAX + t] = v;\n"
+        "      }\n"
+        "  } else if constexpr (NV > 8 && NV <= 32) {\n")]),
+    # tensor-core GEMV: token t's sums read token t + 1's inputs (tests/test_cuda_gemv_tokens.py)
+    "gemv_tc": ("gemv", [("  const int gl = g;  // the token of this lane's A rows: g (and g + 8)\n",
+                          "  const int gl = g + 1;\n")]),
+    # attn_partial_bf16_d64 / _d128 drop the last key of every chunk (tests/test_cuda_attention.py)
+    "attention_fast": ("attention", [("      const bool kj = sj < nk;  // a key of this chunk\n",
+                                      "      const bool kj = sj < nk - 1;\n")]),
+    # prompt lookup takes the earliest match instead of the latest (tests/test_cuda_lookup.py)
+    "lookup": ("lookup", [("    if (tid == 0) best = -1;\n", "    if (tid == 0) best = 0x7fffffff;\n"),
+                          ("      int s = top - tid;\n", "      int s = (N - n - 1) - top + tid;\n"),
+                          ("      if (hit) atomicMax(&best, s);  // the latest match\n",
+                           "      if (hit) atomicMin(&best, s);\n")]),
+}
+
+
+def broken_source(variant: str) -> tuple[str, str]:
+    """(kernel file, its NVRTC source with the variant's patches applied); each correct text must occur once."""
+    from minitorch.cuda.runtime import nvrtc_source
+
+    file, patches = BROKEN_KERNELS[variant]
+    src = nvrtc_source(file)
+    for good, bad in patches:
+        n = src.count(good)
+        assert n == 1, f"{variant}: {good.strip()!r} occurs {n} times in kernels/{file}.cu (expected once)"
+        src = src.replace(good, bad)
+    return file, src
+
+
+def use_broken_kernels(monkeypatch: Any, variant: str) -> None:
+    """Make every kernel launch of this test use a library whose `file` module is compiled (NVRTC) from the broken
+    source; the other files load as usual. Objects that fetched kernels before the call keep the real ones."""
+    from minitorch.cuda import runtime
+
+    file, code = broken_source(variant)
+
+    class Patched(runtime.KernelLibrary):
+        def module(self, name: str) -> Any:
+            if name != file:
+                return super().module(name)
+            mod = self._modules.get(name)
+            if mod is None:
+                mod = self._modules[name] = runtime.get_cupy().RawModule(code=code, options=("-std=c++17",))
+                self.sources[name] = f"nvrtc ({variant} broken)"
+            return mod
+
+    monkeypatch.setattr(runtime, "_library", Patched())

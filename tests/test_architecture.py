@@ -8,7 +8,8 @@ backend interface tensor_ops). Rules:
   minitorch.cuda loads none of tensor, tensor_functions, tensor_creation, nn, module, optim; their kernel
   modules load nothing of minitorch but leaf data modules;
 - counting imports inside functions too, there is no cycle at all (core, models, generation, backends),
-  and nothing imports a higher layer.
+  and nothing imports a higher layer;
+- no module of minitorch/ imports a program of project/ (the CLIs, benchmarks, the draft head's trainer).
 The graph is read twice: statically (ast, every import statement) and by importing each backend package
 in a fresh interpreter whose `minitorch` parent package is an empty stub (so minitorch/__init__.py does
 not load everything first). Each rule is also run on a copy of the tree with a violating import written
@@ -195,6 +196,43 @@ def test_static_import_graph_keeps_the_layering():
     assert violations(graph) == []
 
 
+# ---- nothing in minitorch/ imports the programs above it (project/: the CLIs, the trainer, benchmarks) ----
+
+def program_names(project: Path = ROOT / "project") -> Set[str]:
+    """Top-level names a program under project/ is imported by: its modules and packages, and project itself."""
+    names = {p.stem for p in project.glob("*.py")} | {"project"}
+    return names | {p.name for p in project.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+
+
+def program_imports(pkg: Path = PKG) -> List[str]:
+    """minitorch modules importing a program module (absolute imports, in functions too), one line each."""
+    names, bad = program_names(), []
+    for path in sorted(pkg.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        for node, _ in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            else:
+                mods = [node.module] if node.level == 0 and node.module else []
+            bad += [f"{module_name(path, pkg)} imports {m} (project/)" for m in mods if m.split(".")[0] in names]
+    return bad
+
+
+def test_the_library_imports_no_program():
+    """The draft head's model and files live in minitorch/models; its losses and training-time test in
+    project/training (a program built on the core's autodiff): the model never reaches up for them."""
+    assert {"training", "cli_common", "project"} <= program_names()
+    assert program_imports() == []
+
+
+def test_program_import_check_fails_on_a_model_importing_the_trainer(tmp_path):
+    pkg = _copy_tree(tmp_path)
+    _edit(pkg / "models" / "draft_head.py", "class _FC(Module):",
+          "def _loss():\n    from training.objective import head_loss\n\n\nclass _FC(Module):")
+    assert program_imports(pkg) != []
+
+
 # ---- the same rules on a real interpreter ----
 
 PROBE = r"""
@@ -305,6 +343,9 @@ BREAKS = {
                                            "def _t():\n    from .tensor import Tensor\n\n\ndef packed_linear_reference("),
     "function-level loop in models": ("models/gguf_io.py", "def cache_key(",
                                       "def _tok():\n    from .tokenizer import load_tokenizer\n\n\ndef cache_key("),
+    # the head's model reaching for its file I/O (head_io imports the model: a loop)
+    "model imports its file I/O": ("models/draft_head.py", "class _FC(Module):",
+                                   "def _save():\n    from .head_io import save_head\n\n\nclass _FC(Module):"),
     # the GPU decoder importing the model classes (a higher layer)
     "backend imports models": ("cuda/decoder.py", "import numpy as np\n",
                                "import numpy as np\n\n\ndef _cfg():\n    from ..models import Qwen2Config\n"),

@@ -218,7 +218,7 @@ def test_a_weight_set_after_the_join_undoes_it_for_its_layer(gguf_model: Path, t
     lin.weight.update(PackedWeight.from_tiles(w.qt.copy(), w.sc.copy(), w.d * np.float32(2), w.m.copy(), w.dmin.copy(),
                                               w.block, w.per, w.bits, w.shape[0]))
     with minitorch.no_grad():
-        layers, _ = m._fused(None)
+        layers = m._fused(None).layers
     assert layers[1].qkv is None and layers[0].qkv is not None and layers[1].gate_up is not None
     prompt = np.random.default_rng(6).integers(0, 400, size=9).tolist()
     _assert_same(_session(m, False, prompt), _session(m, True, prompt))

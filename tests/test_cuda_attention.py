@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cuda_helpers import down, needs_gpu, ref_in, round_bf16, tol, up
+from cuda_helpers import down, needs_gpu, ref_in, round_bf16, tol, up, use_broken_kernels
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 
@@ -97,6 +97,14 @@ def test_attention_fast_kernel_equals_generic_bitwise(case, kb):
     want = attn_ref(ref_in(q, "bfloat16"), ref_in(kbig[:, :, :L], "bfloat16"), ref_in(vbig[:, :, :L], "bfloat16"),
                     D ** -0.5, q_start)
     np.testing.assert_allclose(down(out), want, **tol("bfloat16"))
+
+
+def test_a_fast_kernel_dropping_each_chunks_last_key_fails(monkeypatch):
+    """The bitwise comparison above catches attn_partial_bf16_d64 / _d128 skipping the last key of every chunk."""
+    use_broken_kernels(monkeypatch, "attention_fast")
+    for case in FAST_CASES[:2]:
+        with pytest.raises(AssertionError):
+            test_attention_fast_kernel_equals_generic_bitwise(case, 32)
 
 
 def test_attention_rejects_short_cache():

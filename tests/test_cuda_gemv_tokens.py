@@ -2,14 +2,14 @@
 the one-token GEMV gives it alone: the exact verify's foundation. The several-token kernels reduce their
 sums with a reduce-scatter (kernels/gemv.cu, warp_sum_scatter), the one-token ones with warp_sum. GPU only.
 
-A build with -DGEMV_RS_BROKEN=1 (another lane order, still within rounding of the right sums) fails
-these tests: python -m pytest tests/test_cuda_gemv_tokens.py with MINITORCH_CUDA_BUILD_DIR pointing at it."""
+A broken build (another lane order, still within rounding of the right sums: cuda_helpers.BROKEN_KERNELS["gemv_rs"])
+fails these tests, and one whose tensor-core tokens read the next token's inputs ("gemv_tc") the tc tests."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from cuda_helpers import needs_gpu, round_bf16, up
+from cuda_helpers import needs_gpu, round_bf16, up, use_broken_kernels
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 
@@ -84,8 +84,8 @@ def test_several_token_gusilu_equals_one_token_bitwise(tm, I, K):
 
 
 # ----------------------------------------------------------------------------- tensor-core GEMV (gemv="tc")
-# gemvtc8 (1..8 tokens) and gemvtc16 (1..16 tokens): mma.m16n8k16 with the tokens as the A rows. A build
-# with -DGEMV_TC_BROKEN=1 (token t's sums read token t + 1's inputs) fails both tests below.
+# gemvtc8 (1..8 tokens) and gemvtc16 (1..16 tokens): mma.m16n8k16 with the tokens as the A rows. A broken build
+# (token t's sums read token t + 1's inputs: cuda_helpers.BROKEN_KERNELS["gemv_tc"]) fails both tests below.
 TC_SHAPES = [(37, 264), (1536, 1536), (515, 8960), (1000, 72), (8, 2056), (896, 4864)]  # N, K
 
 
@@ -137,3 +137,20 @@ def test_tc_gemv_tokens_equal_one_token_bitwise(tt, N, K):
         x = r.standard_normal((T, K)).astype(np.float32)
         alone = np.concatenate([tc_launch(8, wd, x[t:t + 1], N, K) for t in range(T)])
         np.testing.assert_array_equal(tc_launch(tt, wd, x, N, K), alone)
+
+
+def test_several_token_gemvs_summing_lanes_in_another_order_fail(monkeypatch):
+    use_broken_kernels(monkeypatch, "gemv_rs")
+    for check in (lambda: test_several_token_gemv_equals_one_token_gemv_bitwise(5, 1536, 1536),
+                  lambda: test_several_token_gemv_equals_one_token_gemv_bitwise(16, 515, 8960),
+                  lambda: test_several_token_gusilu_equals_one_token_bitwise(8, 333, 1000)):
+        with pytest.raises(AssertionError):
+            check()
+
+
+def test_tc_gemv_reading_the_next_tokens_inputs_fails(monkeypatch):
+    use_broken_kernels(monkeypatch, "gemv_tc")
+    for check in (lambda: test_tc_gemv_matches_float64_reference("8", 1536, 1536),
+                  lambda: test_tc_gemv_tokens_equal_one_token_bitwise("16w", 515, 8960)):
+        with pytest.raises(AssertionError):
+            check()

@@ -282,11 +282,12 @@ def test_capture_covers_the_heads_round_shapes(models):
 def test_cli_backend_cuda_drafter_head_end_to_end(model_folders, tmp_path):
     from minitorch.models import load_model
     from minitorch.models.draft_head import DraftHead, DraftHeadConfig
+    from minitorch.models.head_io import save_head
     from test_run_spec_decoding import _run
 
     target, _ = load_model(model_folders / "target", progress=False)
-    DraftHead(DraftHeadConfig.for_target(target, head_vocab=300, intermediate_size=48), target.backend,
-              seed=1).save(tmp_path / "head", dtype="float16")
+    save_head(DraftHead(DraftHeadConfig.for_target(target, head_vocab=300, intermediate_size=48), target.backend,
+                        seed=1), tmp_path / "head", dtype="float16")
     common = ("--target", str(model_folders / "target"), "--drafter", "head", "--head", str(tmp_path / "head"),
               "--max-new-tokens", "16", "--prompt", "Tom has 3 apples.", "--json", "--backend", "cuda")
     res = _run(*common)

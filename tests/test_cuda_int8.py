@@ -6,11 +6,11 @@ the draft's decoder only, and its refusals.
 GPU: each 8-bit kernel kind (plain fp32 / residual output, the SwiGLU and add+RMSNorm epilogues, the RMSNorm
 input) for 1 and 2 tokens against a float64 product of the same codes, scales and inputs; a decoder run in
 steps of one and two tokens against the CPU model holding the dequantized rows; greedy speculative decoding with an 8-bit draft equals
-greedy decoding (the sampling tests in test_cuda_sampling.py run the same draft too). A -DGEMV_I8_BROKEN=1
-build (every row of a block scaled by the block's first row's scale) fails the kernel tests.
+greedy decoding (the sampling tests in test_cuda_sampling.py run the same draft too). A broken build (every row
+of a block scaled by the block's first row's scale: cuda_helpers.BROKEN_KERNELS["gemv_i8"]) fails the kernel tests.
 Round 10 on the H200: call 1 ran the one-token kernels of the default build (8-code chunks, byte-permute
-conversion; the -DGEMV_I8_BROKEN=1 build failed 16 of 18); call 4 ran this file with the two-token kernels
-(all passed with test_cuda_sampling / _prefill / _model: 239; the broken build failed 30 of 32).
+conversion; the broken build, then -DGEMV_I8_BROKEN=1, failed 16 of 18); call 4 ran this file with the two-token
+kernels (all passed with test_cuda_sampling / _prefill / _model: 239; the broken build failed 30 of 32).
 """
 from __future__ import annotations
 
@@ -314,3 +314,15 @@ def test_greedy_speculative_with_int8_draft_equals_greedy(gamma):
     greedy = generate_cuda(target, PROMPT, 40).tokens
     res = speculative_generate_cuda(target, draft, PROMPT, 40, gamma=gamma)
     assert res.tokens == greedy and res.stats["draft_forwards"] > 0
+
+
+@pytest.mark.gpu
+def test_int8_gemvs_scaling_rows_by_their_blocks_first_scale_fail(monkeypatch):
+    _gpu()
+    from cuda_helpers import use_broken_kernels
+
+    use_broken_kernels(monkeypatch, "gemv_i8")
+    for big, N, K in (SHAPES[0], SHAPES[4]):
+        for T in TOKENS:
+            with pytest.raises(AssertionError):
+                test_int8_gemv_matches_float64(big, N, K, T)

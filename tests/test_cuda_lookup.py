@@ -2,15 +2,15 @@
 lookup_reference (tests/test_generation_cuda_host.py: the rule written plainly, itself tied to NGramDrafter
 there), on random short-alphabet contexts (matches everywhere, at the context / draft boundary, copies that
 run past the end) and on long contexts whose only match lies thousands of tokens back (the kernel walks
-back a block of starts at a time); context_append against its definition. GPU only. A build with
--DLOOKUP_BROKEN=1 (the earliest match instead of the latest) fails the first two tests.
+back a block of starts at a time); context_append against its definition. GPU only. A broken build (the earliest
+match instead of the latest: cuda_helpers.BROKEN_KERNELS["lookup"]) fails the first two tests.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from cuda_helpers import needs_gpu
+from cuda_helpers import needs_gpu, use_broken_kernels
 from test_generation_cuda_host import lookup_reference
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
@@ -85,3 +85,10 @@ def test_context_append():
     out = cp.asarray(np.asarray([4, 1, 2, 3, 4, 5], np.int64))  # 5 tokens, 3 places left: capped
     kernels().launch("context_append", (1,), (128,), (ctx, clen, out, np.int32(10)))
     assert list(ctx.get()[7:]) == [1, 2, 3] and int(clen.get()[0]) == 10
+
+
+def test_a_lookup_taking_the_earliest_match_fails_the_first_two_tests(monkeypatch):
+    use_broken_kernels(monkeypatch, "lookup")
+    for check in (test_lookup_matches_the_reference_on_random_contexts, lambda: test_lookup_on_long_contexts(600)):
+        with pytest.raises(AssertionError):
+            check()

@@ -20,11 +20,14 @@ import minitorch
 from minitorch.generation import SamplingConfig, generate, speculative_generate
 from minitorch.generation.head_drafter import HeadDrafter
 from minitorch.models import ModelLoadError, load_model
-from minitorch.models.draft_head import DraftHead, DraftHeadConfig, head_loss, load_head, target_fingerprint
+from minitorch.models.draft_head import DraftHead, DraftHeadConfig, target_fingerprint
+from minitorch.models.head_io import load_head, save_head
 
 torch = pytest.importorskip("torch")
 from backends import BACKENDS, FAST_BACKENDS  # noqa: E402
 from test_models_util import count_calls, hf_qwen2, save_hf, tiny_bpe  # noqa: E402
+from training import ttt  # noqa: E402
+from project.training.objective import head_loss, ttt_loss, ttt_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -160,7 +163,7 @@ def test_greedy_and_sampled_speculative_with_a_head_follow_the_target(target, te
 def test_head_files_round_trip_and_refuse_another_target(target, tmp_path):
     model, _, _ = target
     head = DraftHead(_cfg(model), model.backend, seed=7)
-    head.save(tmp_path / "h")
+    save_head(head, tmp_path / "h")
     back = load_head(tmp_path / "h", model)
     for (n, a), (_, b) in zip(head.named_parameters(), back.named_parameters()):
         np.testing.assert_array_equal(np.asarray(a.value.to_numpy()), np.asarray(b.value.to_numpy()), err_msg=n)
@@ -188,7 +191,7 @@ def test_cli_errors_are_one_line_exit_2(target, tmp_path):
     assert r.returncode == 2 and "no draft head" in r.stderr and "Traceback" not in r.stderr
     head = DraftHead(_cfg(load_model(path, progress=False)[0]), minitorch.FastBackend)
     head.config.target_fingerprint = "0" * 16
-    head.save(tmp_path / "wrong")
+    save_head(head, tmp_path / "wrong")
     r = _run("project/run_spec_decoding.py", "--target", str(path), "--drafter", "head", "--head", str(tmp_path / "wrong"))
     assert r.returncode == 2 and "another target" in r.stderr and "Traceback" not in r.stderr
     r = _run("project/train_draft_head.py", "--target", str(path), "--data-file", str(ROOT / "data/gsm8k/test.jsonl"),
@@ -199,7 +202,7 @@ def test_cli_errors_are_one_line_exit_2(target, tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
 
-# -- training-time test (DraftHead.forward_steps) ------------------------------------------------------
+# -- training-time test (project/training/ttt.py's forward_steps) ------------------------------------------------------
 
 def _tiny_head(backend=minitorch.FastBackend, seed=1) -> DraftHead:
     """A head of its own small shapes (4 query heads over 2 kv heads: GQA), no target needed."""
@@ -236,7 +239,7 @@ def _steps_vs_drafting(head, steps=4, B=2, T=9, seed=0) -> float:
     rng = np.random.default_rng(seed)
     D = head.config.hidden_size
     f, e = (rng.standard_normal((B, T, D)).astype(np.float32) for _ in range(2))
-    gs = head.forward_steps(minitorch.from_numpy(f), minitorch.from_numpy(e), steps)
+    gs = ttt.forward_steps(head, minitorch.from_numpy(f), minitorch.from_numpy(e), steps)
     worst = 0.0
     for j, g in enumerate(gs, 1):
         out = np.asarray(g.to_numpy())
@@ -256,12 +259,10 @@ def test_forward_steps_equal_drafting_with_a_kv_cache():
 def test_an_off_by_one_in_the_step_mask_is_caught(monkeypatch):
     """The same check fails when step j may read one step-1 key too many (s <= t-j+2: the key of the position whose
     feature step j is guessing)."""
-    from minitorch.models import draft_head
-
     head = _tiny_head()
     assert _steps_vs_drafting(head, steps=2) < 1e-5
-    real = draft_head.ttt_context_mask
-    monkeypatch.setattr(draft_head, "ttt_context_mask", lambda t, step: real(t, step - 1))
+    real = ttt.ttt_context_mask
+    monkeypatch.setattr(ttt, "ttt_context_mask", lambda t, step: real(t, step - 1))
     assert _steps_vs_drafting(head, steps=2) > 1e-3
 
 
@@ -270,7 +271,7 @@ def test_forward_steps_step_one_is_forward_bit_for_bit():
     rng = np.random.default_rng(2)
     f, e = (minitorch.from_numpy(rng.standard_normal((2, 7, 32)).astype(np.float32)) for _ in range(2))
     grads = []
-    for run in (lambda h: h(f, e), lambda h: h.forward_steps(f, e, 1)[0]):
+    for run in (lambda h: h(f, e), lambda h: ttt.forward_steps(h, f, e, 1)[0]):
         head = _tiny_head()
         g = run(head)
         (g * g).sum().backward()
@@ -329,8 +330,6 @@ def _torch_steps(P, c, feats, emb, steps):
 def test_ttt_loss_and_gradients_match_torch(backend, steps):
     """The training-time test's loss (weighted steps, step j scored at t >= j-1) and its gradients, through the
     g's into the earlier steps, against the same computation in torch."""
-    from minitorch.models.draft_head import ttt_loss, ttt_weights
-
     head = _tiny_head(backend, seed=4)
     c = head.config
     rng = np.random.default_rng(5)
@@ -341,7 +340,7 @@ def test_ttt_loss_and_gradients_match_torch(backend, steps):
     p = (p / p.sum(-1, keepdims=True)).astype(np.float32)
     mask = (rng.random((B, T)) < 0.8).astype(np.float32)
     F, E, NF, L, PP, M = (minitorch.from_numpy(a, backend=backend) for a in (f, e, nf, lm, p, mask))
-    gs = head.forward_steps(F, E, steps)
+    gs = ttt.forward_steps(head, F, E, steps)
     loss, parts = ttt_loss(gs, [head.logits(g, L, N) for g in gs], NF, PP, M, 0.1)
     loss.backward()
 
@@ -455,7 +454,7 @@ def test_drafter_auto_takes_the_cache_head_where_one_exists(target, tmp_path, mo
     gpu_model = ("model", st.GPU_MODEL_GAMMA, st.GPU_MODEL_EXTEND)  # the 0.5B with prompt lookup after its drafts
     assert resolved() == ("model", st.GAMMA, 0)  # a fresh clone: no head anywhere
     assert resolved("--backend", "cuda") == gpu_model
-    DraftHead(_cfg(model), model.backend, seed=3).save(cc.default_head_dir(model))
+    save_head(DraftHead(_cfg(model), model.backend, seed=3), cc.default_head_dir(model))
     assert resolved() == ("head", st.HEAD_CPU_GAMMA, 0)
     assert resolved("--gamma", "5") == ("head", 5, 0)
     assert resolved("--draft", str(path)) == ("model", st.GAMMA, 0)  # a draft model asked for by name
@@ -477,7 +476,7 @@ def test_demo_drafts_with_the_cache_head_and_equals_the_target(target, tmp_path,
 
     model, _, path = target
     monkeypatch.setenv("MINITORCH_SPEC_CACHE", str(tmp_path / "cache"))
-    DraftHead(_cfg(model), model.backend, seed=4).save(default_head_dir(model))
+    save_head(DraftHead(_cfg(model), model.backend, seed=4), default_head_dir(model))
     r = subprocess.run([sys.executable, "project/run_spec_decoding.py", "--target", str(path), "--prompt", "ab ab ab",
                         "--max-new-tokens", "12", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600,
                        env=dict(os.environ))
@@ -499,7 +498,7 @@ def test_llama_cpp_bench_finds_the_head_the_cpu_default_would_take(target, tmp_p
     monkeypatch.setenv("MINITORCH_SPEC_CACHE", str(tmp_path / "cache"))
     assert llama_cpp.head_for(None, model) is None
     saved = DraftHead(_cfg(model), model.backend, seed=6)
-    saved.save(default_head_dir(model))
+    save_head(saved, default_head_dir(model))
     got = llama_cpp.head_for(None, model)
     for (n, a), (_, b) in zip(saved.named_parameters(), got.named_parameters()):
         np.testing.assert_array_equal(np.asarray(a.value.to_numpy()), np.asarray(b.value.to_numpy()), err_msg=n)

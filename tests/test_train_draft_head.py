@@ -17,7 +17,8 @@ import pytest
 from minitorch.generation import SamplingConfig, generate, speculative_generate
 from minitorch.generation.head_drafter import HeadDrafter
 from minitorch.models import load_model
-from minitorch.models.draft_head import DraftHead, load_head
+from minitorch.models.draft_head import DraftHead
+from minitorch.models.head_io import load_head
 
 pytest.importorskip("torch")
 from project import train_draft_head  # noqa: E402
@@ -197,7 +198,8 @@ def test_one_ttt_step_is_the_training_step_of_before_bit_for_bit():
     """--ttt-steps 1 (the default): train_step's loss parts, gradients and updated weights are exactly those of the
     step as it was (forward, head_loss, backward, clip, Adam); so are those of ttt_loss over forward_steps(.., 1)."""
     from minitorch import Adam
-    from minitorch.models.draft_head import head_loss, ttt_loss
+    from project.training.objective import head_loss, ttt_loss
+    from project.training.ttt import forward_steps
 
     def before(head, opt, batch, lm):  # train_step before --ttt-steps, verbatim
         opt.zero_grad()
@@ -211,7 +213,7 @@ def test_one_ttt_step_is_the_training_step_of_before_bit_for_bit():
 
     def via_steps(head, opt, batch, lm):  # the same through forward_steps and ttt_loss with one step
         opt.zero_grad()
-        gs = head.forward_steps(batch.feats, batch.emb, 1)
+        gs = forward_steps(head, batch.feats, batch.emb, 1)
         loss, [(_, feat, ce)] = ttt_loss(gs, [head.logits(gs[0], lm, lm.shape[0])], batch.next_feats, batch.probs,
                                           batch.mask, 0.1)
         loss.backward()
@@ -262,7 +264,7 @@ def test_ttt_steps_out_of_range_is_one_line_exit_2(value):
 
 
 def test_ttt_steps_limit_is_the_heads():
-    from minitorch.models.draft_head import TTT_MAX_STEPS
+    from project.training.ttt import TTT_MAX_STEPS
 
     assert train_draft_head.TTT_MAX_STEPS == TTT_MAX_STEPS
 

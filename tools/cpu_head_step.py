@@ -17,7 +17,8 @@ import minitorch
 from minitorch.generation import SamplingConfig
 from minitorch.generation.head_drafter import HeadDrafter
 from minitorch.models import cache_root, load_model
-from minitorch.models.draft_head import load_head, target_fingerprint
+from minitorch.models.draft_head import target_fingerprint
+from minitorch.models.head_io import load_head
 
 PROMPT = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
           "How many clips did Natalia sell altogether?")

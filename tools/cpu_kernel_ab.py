@@ -77,7 +77,8 @@ def main() -> None:
     mods = [importlib.import_module(write_variant(n, folder)) for n in names]
     m, _ = load_model("qwen2.5-coder-1.5b-instruct", progress=False)
     with minitorch.no_grad():
-        layers, head = m._fused(None)
+        stack = m._fused(None)  # the one-call forward's DecoderStack
+        layers, head = stack.layers, stack.head
     if args.step:
         return steps(m, names, mods, args.rounds)
     classes = {n: [getattr(lw, n) for lw in layers] for n in ("q", "k", "v", "o", "gate", "up", "down")}
@@ -213,7 +214,8 @@ def forms(args) -> None:
     if args.step:
         return form_steps(m, args.rounds)
     with minitorch.no_grad():
-        layers, head = m._fused(None)
+        stack = m._fused(None)  # the one-call forward's DecoderStack
+        layers, head = stack.layers, stack.head
     classes = {n: [getattr(lw, n) for lw in layers] for n in ("q", "k", "v", "o", "gate", "up", "down")}
     classes["head"] = [head]
     rng = np.random.default_rng(0)

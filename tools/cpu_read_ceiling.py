@@ -106,7 +106,8 @@ def main() -> None:
     args = p.parse_args()
     m, _ = load_model("qwen2.5-coder-1.5b-instruct", progress=False)
     with minitorch.no_grad():
-        layers, head = m._fused(None)
+        stack = m._fused(None)  # the one-call forward's DecoderStack
+        layers, head = stack.layers, stack.head
     ws = [w for lw in layers for w in (lw.q, lw.k, lw.v, lw.o, lw.gate, lw.up, lw.down)] + [head]
     print(f"bandwidth (roofline.stream_bandwidth, 2 threads): {roofline.stream_bandwidth(threads=2)}")
     read_ceilings(ws, args.rounds)

@@ -68,8 +68,9 @@ def random_batch(target, lm_rows, feats: np.ndarray, tok: np.ndarray):
 def step_phases(head, opt, b, lm_rows, ttt: int, sync) -> tuple[dict, float]:
     """training/loop.py's train_step (clip 1.0) with the phases timed apart, sync() between them:
     ({forward, backward, clip, adam: seconds}, loss)."""
-    from minitorch.models.draft_head import ttt_loss
     from project.training.loop import clip_gradients
+    from project.training.objective import ttt_loss
+    from project.training.ttt import forward_steps
 
     ph, t = {}, time.perf_counter()
 
@@ -78,7 +79,7 @@ def step_phases(head, opt, b, lm_rows, ttt: int, sync) -> tuple[dict, float]:
         sync()
         ph[name], t = time.perf_counter() - t, time.perf_counter()
     opt.zero_grad()
-    gs = head.forward_steps(b.feats, b.emb, ttt)
+    gs = forward_steps(head, b.feats, b.emb, ttt)
     loss, _ = ttt_loss(gs, [head.logits(g, lm_rows, lm_rows.shape[0]) for g in gs], b.next_feats, b.probs, b.mask,
                        0.1)
     lap("forward")

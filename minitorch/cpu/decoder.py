@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..tensor_ops import LayerWeights
+from ..tensor_ops import DecoderStack
 from . import fused as ff
 from . import packed as fp
 
@@ -76,25 +76,28 @@ def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return out
 
 
-def supports(layers: Sequence[LayerWeights], head: Any) -> bool:
+def supports(stack: DecoderStack) -> bool:
     """Whether every projection is a PackedWeight this backend's kernel takes (else the module path)."""
     from ..packed import PackedWeight
 
-    return isinstance(head, PackedWeight) and all(
-        isinstance(w, PackedWeight) for lw in layers for w in (lw.q, lw.k, lw.v, lw.o, lw.gate, lw.up, lw.down))
+    return isinstance(stack.head, PackedWeight) and all(
+        isinstance(w, PackedWeight) for lw in stack.layers for w in (lw.q, lw.k, lw.v, lw.o, lw.gate, lw.up, lw.down))
 
 
-def decoder_forward(ids: np.ndarray, embed: Any, layers: Sequence[LayerWeights], norm: Any, head: Any, eps: float,
-                    n_heads: int, n_kv_heads: int, head_dim: int, cos_table: Any, sin_table: Any, cache: Any,
-                    last_n: Optional[int], return_hidden: bool,
-                    parallel_attention_work: int, x0: Optional[np.ndarray] = None) -> tuple[np.ndarray, Optional[np.ndarray]]:
+def decoder_forward(stack: DecoderStack, *, parallel_attention_work: int, ids: Optional[np.ndarray] = None,
+                    cache: Any = None, last_n: Optional[int] = None, return_hidden: bool = False,
+                    x0: Optional[np.ndarray] = None) -> tuple[np.ndarray, Optional[np.ndarray]]:
     """logits (T or last_n, head rows) for ids (T,) continuing cache (advanced by T), and with return_hidden the
     final-norm hidden states of all T positions (before last_n), as the model's forward returns them.
     parallel_attention_work: the attention work from which the threaded kernel runs (ops.PARALLEL_ATTENTION_WORK).
-    x0 (T, D) float32: the first layer's input instead of embed(ids) (a draft head's fc output; ids and embed are
-    then unused, and may be None); norm None: no final norm, the hidden states are the last layer's output (a draft head's g)."""
+    x0 (T, D) float32: the first layer's input instead of embed(ids) (a draft head's fc output; ids and
+    stack.embed are then unused, and may be None); stack.norm None: no final norm, the hidden states are the last
+    layer's output (a draft head's g)."""
     from ..packed import PackedWeight
 
+    embed, norm, head, eps = stack.embed, stack.norm, stack.head, stack.eps
+    if (ids is None) == (x0 is None):
+        raise ValueError("decoder_forward takes exactly one of ids and x0")
     t = int(ids.shape[0]) if x0 is None else int(x0.shape[0])
     start = cache.length if cache is not None else 0
     if x0 is not None:
@@ -107,11 +110,11 @@ def decoder_forward(ids: np.ndarray, embed: Any, layers: Sequence[LayerWeights],
         bad = ff.embedding_rows(x.reshape(-1), w.reshape(-1), ids, t, w.shape[0], w.shape[1])
         if bad >= 0:
             raise ValueError(f"embedding: id {int(ids[bad])} out of range for {w.shape[0]} rows")
-    cos = np.ascontiguousarray(cos_table.to_numpy()[start:start + t])
-    sin = np.ascontiguousarray(sin_table.to_numpy()[start:start + t])
-    hd, hq, hkv = head_dim, n_heads, n_kv_heads
+    cos = np.ascontiguousarray(stack.cos_table.to_numpy()[start:start + t])
+    sin = np.ascontiguousarray(stack.sin_table.to_numpy()[start:start + t])
+    hd, hq, hkv = stack.head_dim, stack.n_heads, stack.n_kv_heads
     scale = np.float32(hd ** -0.5)
-    for i, lw in enumerate(layers):
+    for i, lw in enumerate(stack.layers):
         n = _rmsnorm(x, _vec(lw.input_norm), eps)
         q, k, v = _linears(n, (lw.q, lw.k, lw.v), (_vec(lw.q_bias), _vec(lw.k_bias), _vec(lw.v_bias)), lw.qkv)
         q = _rope(np.ascontiguousarray(q.reshape(t, hq, hd).transpose(1, 0, 2)), cos, sin)

@@ -58,9 +58,9 @@ class FastOps(TensorOps):
     packed_linear = staticmethod(fp.packed_linear)
     # a whole Qwen2 forward in one call over packed weights (decoder.py): the model's no-grad fast path
     @staticmethod
-    def decoder_forward(*args, **kwargs):
+    def decoder_forward(stack: fd.DecoderStack, **kwargs):
         # this module's attention threshold, read at call time, so one knob decides both paths' kernel
-        return fd.decoder_forward(*args, **kwargs, parallel_attention_work=PARALLEL_ATTENTION_WORK)
+        return fd.decoder_forward(stack, **kwargs, parallel_attention_work=PARALLEL_ATTENTION_WORK)
 
     decoder_supports = staticmethod(fd.supports)
 

@@ -9,7 +9,7 @@ nn.attention, nn.linear, nn.silu_mul, nn.embedding); the model never looks at th
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -180,6 +180,32 @@ def layer_weights(layer: "DecoderLayer") -> Any:
                         _joined(a, (a.q_proj, a.k_proj, a.v_proj)), _joined(m, (m.gate_proj, m.up_proj)))
 
 
+class StackCache:
+    """A model's DecoderStacks (backend.decoder_forward's weights and tables), one per key, each kept while the
+    objects it was built from are the very ones the model holds now: a weight set since (which also undoes a
+    join: _joined), grown rotary tables or a new activation mode on a weight build it anew."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Any, tuple[list[Any], Any]] = {}
+
+    def get(self, key: Any, sources: tuple, build: Callable[[], Any]) -> Any:
+        flat = _flatten(sources)
+        hit = self._entries.get(key)
+        if hit is None or len(hit[0]) != len(flat) or not all(_same(a, b) for a, b in zip(hit[0], flat)):
+            hit = (flat, build())
+            self._entries[key] = hit
+        return hit[1]
+
+
+def _flatten(x: Any) -> list[Any]:
+    return [y for item in x for y in _flatten(item)] if isinstance(x, (tuple, list)) else [x]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same object, or an equal plain value (a count, a mode name)."""
+    return a is b or (type(a) is type(b) and isinstance(a, (int, float, str)) and a == b)
+
+
 def _joined(owner: Module, lins: Sequence[Linear]) -> Optional[tuple]:
     """(weight, n) of owner's join (join_layer_projections) while its projections still hold the views the join set
     (a weight set since then undoes the join for this layer), else None."""
@@ -216,6 +242,7 @@ class Qwen2ForCausalLM(Module):
         self.fused = True
         self._cos: Optional[Tensor] = None
         self._sin: Optional[Tensor] = None
+        self._stacks = StackCache()  # the one-call forward's DecoderStack, per head_rows
 
     # -- inference ---------------------------------------------------------------------------
     def new_cache(self, max_len: int) -> KVCache:
@@ -259,9 +286,9 @@ class Qwen2ForCausalLM(Module):
         sin = self._sin.narrow(0, start, t)  # (T, hd)
         if last_n is not None and not 1 <= last_n <= t:
             raise ValueError(f"last_n must be in [1, {t}], got {last_n}")
-        fused = self._fused(head_rows) if ids.shape[0] == 1 else None
-        if fused is not None:
-            return self._fused_forward(fused, ids, cache, last_n, return_hidden)
+        stack = self._fused(head_rows) if ids.shape[0] == 1 else None
+        if stack is not None:
+            return self._fused_forward(stack, ids, cache, last_n, return_hidden)
         h = self.model.embed_tokens(ids)  # (1, T, D)
         for i in range(len(self.model.layers)):
             h = self.model.layers[i](h, cos, sin, cache, i)
@@ -287,28 +314,32 @@ class Qwen2ForCausalLM(Module):
             head = head.narrow(0, 0, head_rows)  # a Tensor view or a PackedWeight sharing the arrays
         return head
 
-    def _fused(self, head_rows: Optional[int]) -> Optional[tuple]:
-        """(layer weights, head) for the backend's one-call forward (backend.decoder_forward), or None: no
-        such slot, `fused` turned off, a gradient being recorded, or weights its kernel does not take."""
+    def _fused(self, head_rows: Optional[int]) -> Optional[Any]:
+        """The DecoderStack for the backend's one-call forward (backend.decoder_forward), or None: no such slot,
+        `fused` turned off, a gradient being recorded, or weights its kernel does not take. Built once per
+        head_rows and kept while its weights and rotary tables are the model's (StackCache)."""
         from ..autodiff import is_grad_enabled
+        from ..tensor_ops import DecoderStack
 
         fwd = getattr(self.backend, "decoder_forward", None)
         if fwd is None or not self.fused or self.dtype != "float32" or is_grad_enabled():
             return None
-        layers = [layer_weights(layer) for layer in (self.model.layers[i] for i in range(len(self.model.layers)))]
-        head = self._head(head_rows)
-        return (layers, head) if self.backend.decoder_supports(layers, head) else None
+        layers = tuple(layer_weights(layer) for layer in (self.model.layers[i] for i in range(len(self.model.layers))))
+        embed, norm, lm = self.model.embed_tokens.weight.value, self.model.norm.weight.value, self.lm_head_weight()
+        c = self.config
+        stack = self._stacks.get(
+            head_rows, (layers, embed, norm, lm, getattr(lm, "activations", None), self._cos, self._sin),
+            lambda: DecoderStack(embed, layers, norm, self._head(head_rows), float(c.rms_norm_eps),
+                                 c.num_attention_heads, c.num_key_value_heads, c.head_dim, self._cos, self._sin))
+        return stack if self.backend.decoder_supports(stack) else None
 
-    def _fused_forward(self, fused: tuple, ids: Tensor, cache: Optional[KVCache], last_n: Optional[int],
+    def _fused_forward(self, stack: Any, ids: Tensor, cache: Optional[KVCache], last_n: Optional[int],
                        return_hidden: bool) -> Union[Tensor, tuple[Tensor, Tensor]]:
         from .. import from_numpy
 
-        layers, head = fused
-        c = self.config
         logits, hidden = self.backend.decoder_forward(
-            np.ascontiguousarray(ids.to_numpy()[0], dtype=np.int64), self.model.embed_tokens.weight.value, layers,
-            self.model.norm.weight.value, head, float(c.rms_norm_eps), c.num_attention_heads, c.num_key_value_heads,
-            c.head_dim, self._cos, self._sin, cache, last_n, return_hidden)
+            stack, ids=np.ascontiguousarray(ids.to_numpy()[0], dtype=np.int64), cache=cache, last_n=last_n,
+            return_hidden=return_hidden)
         out = from_numpy(logits[None], backend=self.backend)
         return (out, from_numpy(hidden[None], backend=self.backend)) if return_hidden else out
 

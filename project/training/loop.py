@@ -6,7 +6,7 @@ One step over a batch of B sequences padded to T (B x T <= --tokens-per-step), f
     labels   f_{t+1} and p_{t+1} = softmax(f_{t+1} @ lm_head[:N]^T)     the target's own next feature and distribution
     loss     SmoothL1(g_t, f_{t+1}) + 0.1 x soft cross-entropy(p_{t+1}, g_t @ lm_head[:N]^T), answer positions only
 
-With --ttt-steps K > 1 (EAGLE-3's training-time test, DraftHead.forward_steps) the same pass also runs draft
+With --ttt-steps K > 1 (EAGLE-3's training-time test, ttt.forward_steps) the same pass also runs draft
 steps 2..K, where position t reads the previous step's output g_{t-1} instead of f_t, as drafting does; each
 step has step 1's labels, and the loss is sum_j 0.8^(j-1) x step j's loss (ttt_loss). K = 1 is the pass above.
 
@@ -26,10 +26,13 @@ import numpy as np
 
 from minitorch import Adam, from_numpy, nn, no_grad
 from minitorch import tensor as make_tensor
-from minitorch.models.draft_head import DraftHead, head_loss, ttt_loss, ttt_step_mask
+from minitorch.models.draft_head import DraftHead
+from minitorch.models.head_io import save_head
 
 from .data import Sequence_
 from .features import FeatureStore
+from .objective import head_loss, ttt_loss, ttt_step_mask
+from .ttt import forward_steps
 
 CKPT_DIR = "checkpoint"
 
@@ -151,7 +154,7 @@ def train_step(head: DraftHead, opt: Adam, batch: Batch, lm_rows: Any, ce_weight
         logits = head.logits(g, lm_rows, lm_rows.shape[0])
         loss, feat, ce = head_loss(g, logits, batch.next_feats, batch.probs, batch.mask, ce_weight)
     else:
-        gs = head.forward_steps(batch.feats, batch.emb, ttt_steps)
+        gs = forward_steps(head, batch.feats, batch.emb, ttt_steps)
         logits = [head.logits(g, lm_rows, lm_rows.shape[0]) for g in gs]
         loss, parts = ttt_loss(gs, logits, batch.next_feats, batch.probs, batch.mask, ce_weight)
         (_, feat, ce), later = parts[0], parts[1:]
@@ -168,13 +171,13 @@ def evaluate(head: DraftHead, batches: Sequence[list[int]], seqs: Sequence[Seque
              target: Any, lm_rows: Any, ce_weight: float, steps: int = 1) -> dict[str, Any]:
     """Held-out loss and top-1 agreement: how often the head's first draft (its argmax over its ids, from the
     target's own feature) is the target's greedy token, over answer positions. With steps > 1 also per draft
-    step j (DraftHead.forward_steps: step j reads the head's own step j-1 output, as drafting does), over the
+    step j (ttt.forward_steps: step j reads the head's own step j-1 output, as drafting does), over the
     answer positions t >= j-1: top1_steps and loss_steps (unweighted), whose first entries are top1 and loss."""
     tot = {"loss": [0.0] * steps, "top1": [0.0] * steps, "n": [0.0] * steps}
     with no_grad():
         for idx in batches:
             b = build_batch(idx, seqs, store, target, lm_rows, head.backend, with_argmax=True)
-            gs = head(b.feats, b.emb) if steps == 1 else head.forward_steps(b.feats, b.emb, steps)
+            gs = head(b.feats, b.emb) if steps == 1 else forward_steps(head, b.feats, b.emb, steps)
             for j, g in enumerate([gs] if steps == 1 else gs, 1):
                 mask = b.mask if j == 1 else ttt_step_mask(b.mask, j)
                 logits = head.logits(g, lm_rows, lm_rows.shape[0])
@@ -201,7 +204,7 @@ def save_checkpoint(folder: Path, head: DraftHead, opt: Adam, state: TrainState)
     tmp = folder / (CKPT_DIR + ".tmp")
     if tmp.exists():
         _rmtree(tmp)
-    head.save(tmp)
+    save_head(head, tmp)
     names = {id(p): n for n, p in head.named_parameters()}
     moments = {}
     for key, store in (("m", opt.m), ("v", opt.v)):
