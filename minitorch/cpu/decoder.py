@@ -44,9 +44,14 @@ def _linear(x: np.ndarray, w: Any, bias: Optional[np.ndarray] = None) -> np.ndar
 def _linears(x: np.ndarray, ws: Sequence[Any], biases: Sequence[Optional[np.ndarray]],
              joined: Optional[tuple]) -> list[np.ndarray]:
     """[x @ w^T (+ b) for w, b in zip(ws, biases)]; with joined = (weight, n) the first n in one product with that
-    weight (their rows one after another: PackedWeight.concat), its columns split. One product computes each output
-    row as the separate ones do, and the bias add is the same float32 add, so the results are the same bits."""
+    weight (their rows one after another: PackedWeight.concat), its columns split. In the row kernel (at most
+    packed.MAX_ROWS rows) one product computes each output row as the separate ones do, and the bias add is the same
+    float32 add, so the results are the same bits. More rows go to BLAS, which picks its kernels by the product's
+    shape, so a wider product may sum in another order (OpenBLAS on a Zen 3 box: a 40-row prefill's q differed by
+    1e-5 in the joined q/k/v product): there the products stay separate, as the op-by-op model computes them."""
     outs: list[np.ndarray] = []
+    if joined is not None and x.shape[0] > fp.MAX_ROWS:
+        joined = None
     if joined is not None:
         fused, n = joined
         bs = biases[:n]
