@@ -26,8 +26,8 @@ from minitorch.models.head_io import load_head, save_head
 torch = pytest.importorskip("torch")
 from backends import BACKENDS, FAST_BACKENDS  # noqa: E402
 from test_models_util import count_calls, hf_qwen2, save_hf, tiny_bpe  # noqa: E402
-from training import ttt  # noqa: E402
-from project.training.objective import head_loss, ttt_loss, ttt_weights
+from project.training import ttt  # noqa: E402
+from project.training.objective import head_loss, ttt_loss, ttt_weights  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
