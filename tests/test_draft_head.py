@@ -504,3 +504,56 @@ def test_llama_cpp_bench_finds_the_head_the_cpu_default_would_take(target, tmp_p
         np.testing.assert_array_equal(np.asarray(a.value.to_numpy()), np.asarray(b.value.to_numpy()), err_msg=n)
     with pytest.raises((ModelLoadError, UserError)):
         llama_cpp.head_for(str(tmp_path / "none"), model)
+
+
+# -- the head's own cache between rounds ---------------------------------------------------------------------------
+
+class _CheckedHeadDrafter(HeadDrafter):
+    """HeadDrafter that, at the start of every round, compares its cache with a fresh head run over the same
+    positions from the target's own features: what the cache holds must be exactly what those inputs give.
+    keep_drafts: the broken variant, a drafter that keeps its drafted positions (fed the head's own guessed
+    features) after a round instead of trimming them."""
+
+    def __init__(self, head, target, keep_drafts=False):
+        super().__init__(head, target)
+        self.keep_drafts, self.checked, self.mismatch = keep_drafts, 0, []
+
+    def _step(self, feats, ids):
+        out = super()._step(feats, ids)
+        self._peak = self.cache.length
+        return out
+
+    def propose(self, tokens, gamma, cfg, rng):
+        n, length = len(tokens), self.cache.length
+        if length:
+            assert length <= n - 1, f"the head caches {length} positions of a {n}-token context"
+            ref = self.head.new_cache(self.cache.max_len)
+            with minitorch.no_grad():
+                feats = minitorch.from_numpy(self._feats[:length][None].copy(), backend=self.head.backend)
+                self.head.draft_step(feats, self._embed([int(t) for t in tokens[1:length + 1]]), ref, self._lm, 8)
+            for mine, fresh in zip(self.cache.keys + self.cache.values, ref.keys + ref.values):
+                a, b = mine.to_numpy()[0, :, :length], fresh.to_numpy()[0, :, :length]
+                if not np.allclose(a, b, rtol=1e-4, atol=1e-5):
+                    self.mismatch.append((n, length, float(np.abs(a - b).max())))
+            self.checked += 1
+        out = super().propose(tokens, gamma, cfg, rng)
+        if self.keep_drafts:
+            self.cache.length = self._peak  # the drafted positions' K/V are still in the buffer
+        return out
+
+
+def test_the_head_cache_holds_exactly_the_verified_prefix_after_every_round(target):
+    """After each round the head's cache holds only positions whose inputs were the target's features and the
+    verified tokens (the same K/V a fresh head computes from them); a drafter that keeps its drafted positions
+    drafts from stale state, and this check catches it. The head is the target's own copy (fc and layer from a
+    trained-like init would be accepted rarely), so rounds accept drafts and the stale positions get used."""
+    model, tok, _ = target
+    prompt = tok.encode("Natalia sold clips to 48 of her friends in April, and then she sold half as many")
+    head = DraftHead(_cfg(model), model.backend, seed=9)
+    ok = _CheckedHeadDrafter(head, model)
+    spec = speculative_generate(model, ok, prompt, 40, SamplingConfig(), gamma=3)
+    assert spec.tokens == generate(model, prompt, 40, SamplingConfig()).tokens
+    assert ok.checked >= 10 and not ok.mismatch, ok.mismatch
+    broken = _CheckedHeadDrafter(head, model, keep_drafts=True)
+    speculative_generate(model, broken, prompt, 40, SamplingConfig(), gamma=3)
+    assert broken.mismatch, "a head that keeps its drafted positions was not caught"
