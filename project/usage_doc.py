@@ -24,6 +24,7 @@ def programs() -> list[tuple[str, str, Callable[[], argparse.ArgumentParser]]]:
     from project.bench import throughput
     from project.benchmark_gsm8k import GSM8K
     from project.benchmark_limo import LIMO
+    from project.benchmark_specbench import SPEC_BENCH
     from project.evaluation.cli import build_parser as bench_parser
 
     return [
@@ -32,6 +33,8 @@ def programs() -> list[tuple[str, str, Callable[[], argparse.ArgumentParser]]]:
          "(also `merge` and `summary`)", lambda: bench_parser(GSM8K)),
         ("python project/benchmark_limo.py", "the LIMO sets (MATH-500, AIME24, AMC23), as the GSM8K benchmark",
          lambda: bench_parser(LIMO)),
+        ("python project/benchmark_specbench.py", "Spec-Bench: speedup, tau and acceptance per category and overall "
+         "(also `merge` and `summary`)", lambda: bench_parser(SPEC_BENCH)),
         ("python project/train_draft_head.py", "train a draft head with MiniTorch's autodiff", train_draft_head.build_parser),
         ("python project/write_problems.py", "the target writes training text for a head: problems, then answers",
          write_problems.build_parser),

@@ -19,7 +19,8 @@ from typing import Any, Callable, Sequence
 
 from project.one_line_parser import OneLineParser
 
-from .data import REASONING_INSTRUCTION, BenchmarkError, data_stem, load_problems, parse_shard, select_problems
+from .data import (REASONING_INSTRUCTION, BenchmarkError, data_stem, load_problems, parse_shard, select_categories,
+                   select_problems)
 from .distributed import add_ray_args, check_ray_args, run_on_ray
 from .engine import Engine, add_engine_args, load_engine
 from .runner import MODE_ORDER, merge_results, read_results, run_benchmark
@@ -37,6 +38,7 @@ class BenchSpec:
     default_dataset: str
     default_max_new_tokens: int
     description: str
+    categories: bool = False  # the data has categories (Spec-Bench): --category, --per-category
 
 
 EngineFactory = Callable[[argparse.Namespace, Sequence[str]], Engine]
@@ -59,6 +61,11 @@ def build_parser(bench: BenchSpec) -> argparse.ArgumentParser:
     d.add_argument("--limit", type=int, default=None, help="run at most this many problems (default all)")
     d.add_argument("--shard", default="0/1", help="i/n: run every n-th problem starting at i (after offset/limit), "
                    "so n processes can split a run; join their files with 'merge'")
+    if bench.categories:
+        d.add_argument("--category", default=None, metavar="CAT[,CAT]",
+                       help="only these categories (comma list; default all), before --offset/--limit")
+        d.add_argument("--per-category", type=int, default=None, metavar="N",
+                       help="the first N questions of each category (default all), before --offset/--limit")
     r = p.add_argument_group("run")
     r.add_argument("--modes", default="spec,target", help="comma list of spec,target (default both, per problem)")
     r.add_argument("--system-prompt", action="store_true",
@@ -119,9 +126,10 @@ def run_main(bench: BenchSpec, argv: Sequence[str], engine_factory: EngineFactor
         resolve_settings(args)
     modes = parse_modes(args.modes)
     shard = parse_shard(args.shard)
-    problems = select_problems(
-        load_problems(None if args.data_file else args.dataset, args.data_file, args.data_dir, args.hub),
-        args.offset, args.limit, shard)
+    problems = load_problems(None if args.data_file else args.dataset, args.data_file, args.data_dir, args.hub)
+    if bench.categories:
+        problems = select_categories(problems, args.category, args.per_category)
+    problems = select_problems(problems, args.offset, args.limit, shard)
     output = Path(args.output) if args.output else default_output(bench, args, shard)
     previous = read_results(output)  # fail early (before loading models) on a bad or foreign file
     if previous and not args.resume:

@@ -30,12 +30,20 @@ class Tokenizer(Protocol):
 
 @dataclass(frozen=True)
 class Problem:
-    """One benchmark problem: a unique id, its position in the dataset, the question and gold answer."""
+    """One benchmark problem: a unique id, its position in the dataset, the question and gold answer. A
+    conversation (Spec-Bench) has no gold answer ("": not graded), its user turns (`question` is the first) and a
+    category; its prompt is the chat template alone, without the reasoning instruction."""
 
     id: str
     index: int
     question: str
     gold: str
+    turns: tuple[str, ...] = ()
+    category: str | None = None
+
+    @property
+    def graded(self) -> bool:
+        return bool(self.gold)
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,7 @@ DATASETS: dict[str, DatasetSpec] = {
     "aime24": DatasetSpec("aime24", "limo/eval/aime24.jsonl"),
     "amc23": DatasetSpec("amc23", "limo/eval/amc23.jsonl"),
     "limo": DatasetSpec("limo", None, ("GAIR/LIMO", None, "train")),
+    "spec_bench": DatasetSpec("spec_bench", "spec_bench/question.jsonl"),
 }
 QUESTION_FIELDS = ("question", "problem", "prompt", "input")
 
@@ -98,10 +107,24 @@ def read_json_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def conversation(row: Mapping[str, Any], i: int, prefix: str) -> Problem:
+    """A Spec-Bench row (`question_id`, `category`, `turns`: the user's messages) as an ungraded conversation."""
+    turns = row["turns"]
+    if not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+        raise BenchmarkError(f"{prefix} row {i}: 'turns' must be a list of non-empty strings")
+    qid = row.get("question_id", row.get("id", i))
+    category = row.get("category")
+    return Problem(f"{prefix}-{qid}", i, turns[0], "", tuple(turns), str(category) if category is not None else None)
+
+
 def rows_to_problems(rows: Sequence[Mapping[str, Any]], prefix: str) -> list[Problem]:
-    """Problems from dataset rows: question from the first of QUESTION_FIELDS, gold via grading."""
+    """Problems from dataset rows: question from the first of QUESTION_FIELDS, gold via grading; a row with
+    `turns` (Spec-Bench) is a conversation (conversation())."""
     problems = []
     for i, row in enumerate(rows):
+        if isinstance(row.get("turns"), list):
+            problems.append(conversation(row, i, prefix))
+            continue
         field = next((f for f in QUESTION_FIELDS if isinstance(row.get(f), str)), None)
         if field is None:
             raise BenchmarkError(f"{prefix} row {i}: no question field (expected one of {QUESTION_FIELDS})")
@@ -154,6 +177,29 @@ def load_problems(name: str | None = None, data_file: str | Path | None = None,
     return rows_to_problems(read_json_rows(path), name)
 
 
+def select_categories(problems: Sequence[Problem], categories: str | None = None,
+                      per_category: int | None = None) -> list[Problem]:
+    """The problems of the comma-listed categories (None: all), at most the first per_category of each."""
+    known = list(dict.fromkeys(p.category for p in problems if p.category is not None))
+    wanted = None
+    if categories:
+        wanted = [c.strip() for c in categories.split(",") if c.strip()]
+        bad = [c for c in wanted if c not in known]
+        if bad or not wanted:
+            raise BenchmarkError(f"--category {categories!r}: choose among {', '.join(known) or 'none (this data has no categories)'}")
+    if per_category is not None and per_category < 1:
+        raise BenchmarkError(f"--per-category must be >= 1, got {per_category}")
+    seen: dict[str | None, int] = {}
+    out = []
+    for p in problems:
+        if wanted is not None and p.category not in wanted:
+            continue
+        seen[p.category] = seen.get(p.category, 0) + 1
+        if per_category is None or seen[p.category] <= per_category:
+            out.append(p)
+    return out
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """'i/n' -> (i, n) with 0 <= i < n."""
     try:
@@ -183,6 +229,17 @@ def select_problems(problems: Sequence[Problem], offset: int = 0, limit: int | N
 
 
 # ----------------------------------------------------------------------------- prompting
+
+def conversation_prompt(tokenizer: Tokenizer, turns: Sequence[str], answers: Sequence[str]) -> str:
+    """The chat-template prompt of a conversation's next turn: user turn i, the answer to it, ..., then the user's
+    turn len(answers) (Spec-Bench's multi-turn setting: the second turn sees the first answer), no system turn of our
+    own (the template's default) and no instruction."""
+    messages: list[dict[str, str]] = []
+    for i, answer in enumerate(answers):
+        messages += [{"role": "user", "content": turns[i]}, {"role": "assistant", "content": answer}]
+    messages.append({"role": "user", "content": turns[len(answers)]})
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+
 
 def build_prompt(tokenizer: Tokenizer, question: str, system_prompt: str | None = None) -> str:
     """The chat-template prompt: the question followed by the standard reasoning instruction.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .data import BenchmarkError, Problem, Tokenizer, build_prompt
+from .data import BenchmarkError, Problem, Tokenizer, build_prompt, conversation_prompt
 from .grading import grade
 
 MODE_ORDER = ("spec", "target", "hf_greedy", "hf_assisted")
@@ -208,12 +208,19 @@ def make_record(problem: Problem, mode: str, prompt: str, prompt_ids: Sequence[i
     """One JSONL line: what was asked, what came back, the grade, the timing and the acceptance."""
     tokens = list(result.tokens)
     stats = dict(getattr(result, "stats", None) or {})
-    graded = grade(text, problem.gold)
+    graded = grade(text, problem.gold) if problem.graded else {"extracted": None, "extraction": "none",
+                                                                 "correct": None}
     speculative = "drafted" in stats
     n = len(tokens)
+    extra: dict[str, Any] = {}
+    if problem.category is not None:
+        extra["category"] = problem.category
+    if getattr(result, "turns", None):  # a conversation: each turn's prompt, text and tokens
+        extra["turns"] = result.turns
     return {
         "id": problem.id,
         "index": problem.index,
+        **extra,
         "mode": mode,
         "prompt": prompt,
         "prompt_tokens": len(prompt_ids),
@@ -224,7 +231,7 @@ def make_record(problem: Problem, mode: str, prompt: str, prompt_ids: Sequence[i
         "extraction": graded["extraction"],
         "correct": graded["correct"],
         "stop_reason": result.stop_reason,
-        "truncated": result.stop_reason == "length",
+        "truncated": bool(getattr(result, "truncated", result.stop_reason == "length")),
         "time_s": seconds,
         "tokens_per_s": n / seconds if seconds > 0 else 0.0,
         "alpha": stats.get("alpha") if speculative else None,
@@ -253,7 +260,9 @@ def _postfix(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     out: dict[str, str] = {}
     for mode in sorted({r["mode"] for r in records}, key=mode_key):
         rs = [r for r in records if r["mode"] == mode]
-        out[f"acc_{mode}"] = f"{sum(r['correct'] for r in rs) / len(rs):.2f}"
+        graded = [r for r in rs if r["correct"] is not None]
+        if graded:
+            out[f"acc_{mode}"] = f"{sum(r['correct'] for r in graded) / len(graded):.2f}"
         tps = sum(r["generated_tokens"] for r in rs) / max(sum(r["time_s"] for r in rs), 1e-9)
         out[f"tok/s_{mode}"] = f"{tps:.1f}"
     spec = [r for r in records if r["mode"] == "spec" and r.get("stats")]
@@ -264,9 +273,87 @@ def _postfix(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def problem_prompt(tokenizer: Tokenizer, problem: Problem, system_prompt: str | None) -> tuple[str, list[int]]:
-    """The prompt text of a problem (chat template + reasoning instruction) and its token ids."""
-    prompt = build_prompt(tokenizer, problem.question, system_prompt)
+    """The prompt text of a problem (chat template + reasoning instruction; a conversation's first turn: the chat
+    template alone) and its token ids."""
+    if problem.turns:
+        prompt = conversation_prompt(tokenizer, problem.turns, [])
+    else:
+        prompt = build_prompt(tokenizer, problem.question, system_prompt)
     return prompt, list(tokenizer.encode(prompt))
+
+
+@dataclass
+class ConversationResult:
+    """The turns of one conversation as one result: every turn's tokens, the summed time and counters."""
+
+    tokens: list[int]
+    stop_reason: str
+    stats: dict[str, Any]
+    turns: list[dict[str, Any]]
+    truncated: bool
+
+
+SUMMED = ("new_tokens", "drafted", "accepted", "target_tokens", "target_forwards", "draft_forwards", "rounds",
+          "time_prefill", "time_draft", "time_verify", "time_sample", "time_total")
+LOGS = ("round_emitted", "round_drafted", "round_accepted")
+
+
+def combine_turns(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One statistics dict for the turns of a conversation: counters and times summed, per-round logs joined,
+    per-position acceptance pooled by judged counts, and alpha, tau and the rates derived again from the sums."""
+    from minitorch.generation.stats import predicted_speedup
+
+    out: dict[str, Any] = {k: sum(s.get(k, 0) for s in stats) for k in SUMMED if any(k in s for s in stats)}
+    for k in LOGS:
+        if all(k in s for s in stats):
+            out[k] = [x for s in stats for x in s[k]]
+    width = max((len(s.get("per_position_judged") or []) for s in stats), default=0)
+    judged, accepted, hist = [0] * width, [0.0] * width, []
+    for s in stats:
+        for i, (j, a) in enumerate(zip(s.get("per_position_judged") or [], s.get("per_position_acceptance") or [])):
+            judged[i] += j
+            accepted[i] += a * j
+        for i, h in enumerate(s.get("accept_length_hist") or []):
+            hist += [0] * (i + 1 - len(hist))
+            hist[i] += h
+    total = out.get("time_total", 0.0)
+    out["tokens_per_s"] = out.get("new_tokens", 0) / total if total else 0.0
+    if "drafted" not in out:
+        out["tau"] = 1.0 if out.get("target_forwards") else 0.0
+        return out
+    rounds, fw = out.get("rounds", 0), out.get("target_forwards", 0)
+    token_acc = sum(accepted) / sum(judged) if sum(judged) else 0.0
+    t_draft = out.get("time_draft", 0.0) / out["draft_forwards"] if out.get("draft_forwards") else 0.0
+    t_target = out.get("time_verify", 0.0) / fw if fw else 0.0
+    c = t_draft / t_target if t_target > 0 else 0.0
+    mean_gamma = out["drafted"] / rounds if rounds else 0.0
+    out.update(alpha=out["accepted"] / out["drafted"] if out["drafted"] else 0.0, token_acceptance=token_acc,
+               tau=out["new_tokens"] / fw if fw else 0.0, mean_gamma=mean_gamma,
+               per_position_acceptance=[a / j if j else 0.0 for a, j in zip(accepted, judged)],
+               per_position_judged=judged, accept_length_hist=hist, cost_ratio_c=c,
+               predicted_speedup=predicted_speedup(token_acc, mean_gamma, c) if rounds else 1.0)
+    return out
+
+
+def generate_conversation(problem: Problem, generate: GenerateFn, tokenizer: Tokenizer, max_new_tokens: int,
+                          seed: int) -> ConversationResult:
+    """Each user turn answered in order, the next turn's prompt holding the earlier turns and this mode's own
+    answers to them (Spec-Bench's multi-turn setting); max_new_tokens a turn."""
+    answers: list[str] = []
+    turns: list[dict[str, Any]] = []
+    results = []
+    for i in range(len(problem.turns)):
+        prompt = conversation_prompt(tokenizer, problem.turns, answers)
+        ids = list(tokenizer.encode(prompt))
+        res = generate(ids, max_new_tokens, seed)
+        text = tokenizer.decode(list(res.tokens))
+        answers.append(text)
+        results.append(res)
+        turns.append({"prompt_tokens": len(ids), "generated_tokens": len(res.tokens), "text": text,
+                      "stop_reason": res.stop_reason})
+    return ConversationResult(tokens=[t for r in results for t in r.tokens], stop_reason=results[-1].stop_reason,
+                              stats=combine_turns([dict(getattr(r, "stats", None) or {}) for r in results]),
+                              turns=turns, truncated=any(r.stop_reason == "length" for r in results))
 
 
 def run_generation(problem: Problem, mode: str, generate: GenerateFn, tokenizer: Tokenizer, prompt: str,
@@ -275,11 +362,15 @@ def run_generation(problem: Problem, mode: str, generate: GenerateFn, tokenizer:
     """One (problem, mode) generation, timed, decoded and graded into its record; problem `index` offsets `seed`."""
     t0 = time.perf_counter()
     try:
-        result = generate(list(prompt_ids), max_new_tokens, seed + problem.index)
+        if len(problem.turns) > 1:
+            result = generate_conversation(problem, generate, tokenizer, max_new_tokens, seed + problem.index)
+        else:
+            result = generate(list(prompt_ids), max_new_tokens, seed + problem.index)
     except ValueError as e:  # e.g. prompt + max_new_tokens longer than the model's context
         raise BenchmarkError(f"problem {problem.id} ({mode}): {e}") from None
     seconds = time.perf_counter() - t0
-    text = tokenizer.decode(list(result.tokens))
+    text = ("\n\n".join(t["text"] for t in result.turns) if isinstance(result, ConversationResult)
+            else tokenizer.decode(list(result.tokens)))
     return make_record(problem, mode, prompt, prompt_ids, result, text, seconds, config, shard)
 
 

@@ -46,10 +46,11 @@ def _mode_summary(rs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     extraction: dict[str, int] = {}
     for r in rs:
         extraction[r["extraction"]] = extraction.get(r["extraction"], 0) + 1
+    graded = [r for r in rs if r["correct"] is not None]  # a conversation (Spec-Bench) is not graded
     out: dict[str, Any] = {
         "n": len(rs),
-        "correct": sum(bool(r["correct"]) for r in rs),
-        "accuracy": sum(bool(r["correct"]) for r in rs) / len(rs),
+        "correct": sum(bool(r["correct"]) for r in graded),
+        "accuracy": sum(bool(r["correct"]) for r in graded) / len(graded) if graded else None,
         "truncated": sum(bool(r["truncated"]) for r in rs),
         "extraction": extraction,
         "mean_tokens_per_s": statistics.fmean(tps),
@@ -190,7 +191,27 @@ def summarize(records: Sequence[Mapping[str, Any]], n_boot: int = 2000, seed: in
             comp = _comparison(records, fast, base, n_boot, seed)
             if comp is not None:
                 summary["comparisons"].append(comp)
+    categories = list(dict.fromkeys(r["category"] for r in records if r.get("category") is not None))
+    if categories:
+        summary["categories"] = {c: _category(records, c, n_boot, seed) for c in categories}
     return summary
+
+
+def _category(records: Sequence[Mapping[str, Any]], category: str, n_boot: int, seed: int) -> dict[str, Any]:
+    """One category's problems (Spec-Bench): count, each mode's tokens/s, tau and alpha, and the speedup of each
+    comparison whose two modes ran there."""
+    rs = [r for r in records if r.get("category") == category]
+    modes = sorted({r["mode"] for r in rs}, key=mode_key)
+    out: dict[str, Any] = {"n": len({r["id"] for r in rs}), "modes": {}}
+    for m in modes:
+        ms = _mode_summary([r for r in rs if r["mode"] == m])
+        out["modes"][m] = {k: ms.get(k) for k in ("aggregate_tokens_per_s", "mean_generated_tokens", "tau", "alpha",
+                                                   "per_position_acceptance")}
+    out["comparisons"] = [c for f, b in COMPARISONS if f in modes and b in modes
+                          for c in [_comparison(rs, f, b, n_boot, seed)] if c is not None]
+    for c in out["comparisons"]:
+        c.pop("per_problem", None), c.pop("predicted_per_problem", None)
+    return out
 
 
 def _fmt(x: Any, spec: str = ".2f") -> str:
@@ -203,7 +224,7 @@ def format_table(summary: Mapping[str, Any]) -> str:
            f"{'mean lat s':>11}{'alpha':>7}{'tau':>6}"
     lines = [head, "-" * len(head)]
     for mode, m in summary["modes"].items():
-        lines.append(f"{mode:<12}{m['n']:>5}{m['accuracy']:>7.3f}{m['truncated']:>6}"
+        lines.append(f"{mode:<12}{m['n']:>5}{_fmt(m['accuracy'], '.3f'):>7}{m['truncated']:>6}"
                      f"{m['mean_tokens_per_s']:>11.2f}{m['median_tokens_per_s']:>10.2f}"
                      f"{m['mean_latency_s']:>11.4g}{_fmt(m.get('alpha')):>7}{_fmt(m.get('tau')):>6}")
     for c in summary["comparisons"]:
@@ -219,6 +240,16 @@ def format_table(summary: Mapping[str, Any]) -> str:
             parts = ", ".join(f"{TIMER_LABELS[t]} {100 * split[t]:.1f}%" for t in TIMERS + ("other",)
                               if split[t] or t == "other")
             lines.append(f"{mode} time: {parts}")
+    if summary.get("categories"):
+        lines.append(f"{'category':<16}{'n':>4}{'speedup':>9}{'95% CI':>13}{'tau':>6}{'alpha':>7}{'spec tok/s':>11}"
+                     f"{'identical':>10}")
+        for cat, c in summary["categories"].items():
+            comp = next((x for x in c["comparisons"] if (x["fast"], x["base"]) == ("spec", "target")), None)
+            spec = c["modes"].get("spec", {})
+            ci = f"{comp['ci95'][0]:.2f}-{comp['ci95'][1]:.2f}" if comp else "-"
+            lines.append(f"{cat:<16}{c['n']:>4}{_fmt(comp and comp['speedup']):>9}{ci:>13}{_fmt(spec.get('tau')):>6}"
+                         f"{_fmt(spec.get('alpha')):>7}{_fmt(spec.get('aggregate_tokens_per_s'), '.1f'):>11}"
+                         f"{(str(comp['identical_outputs']) + '/' + str(comp['n_pairs'])) if comp else '-':>10}")
     for mode, m in summary["modes"].items():
         if m.get("per_position_acceptance"):
             pos = " ".join(f"{p:.2f}" for p in m["per_position_acceptance"])

@@ -100,12 +100,12 @@ def _norm(question: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def evaluation_questions(data_dir: str = str(DEFAULT_DATA_DIR)) -> frozenset[str]:
-    """The questions of the evaluation sets in the data folder (GSM8K test, MATH-500, AIME, AMC; load_problems, as the
-    benchmarks read them), whitespace and case folded: a record that carries its own question (a problem the target
-    wrote) must not be one of them."""
-    return frozenset(_norm(p.question) for name, spec in DATASETS.items()
+    """The questions of the evaluation sets in the data folder (GSM8K test, MATH-500, AIME, AMC, every turn of
+    Spec-Bench; load_problems, as the benchmarks read them), whitespace and case folded: a record that carries its
+    own question (a problem the target wrote) must not be one of them."""
+    return frozenset(_norm(q) for name, spec in DATASETS.items()
                      if spec.local and (Path(data_dir) / spec.local).is_file()
-                     for p in load_problems(name, data_dir=data_dir))
+                     for p in load_problems(name, data_dir=data_dir) for q in (p.turns or (p.question,)))
 
 
 def is_evaluation_question(question: str) -> bool:
