@@ -58,7 +58,7 @@ class Session:
 
     cfg: SamplingConfig
     gamma: int
-    adaptive: bool
+    adaptive: bool | str  # True: adaptive gamma; "cost": the draft budget (0..gamma a round by measured costs)
     drafter: str
     max_new_tokens: int
     chat: bool
@@ -69,7 +69,8 @@ class Session:
         on = ", ".join(k for k, v in self.runs.items() if v) or "nothing"
         c = self.cfg
         return (f"runs: {on} | drafter {self.drafter}, gamma {self.gamma}"
-                f"{' (adaptive)' if self.adaptive else ''} | temperature {c.temperature}, top-k {c.top_k}, "
+                f"{' (cost budget: 0..gamma a round)' if self.adaptive == 'cost' else ' (adaptive)' if self.adaptive else ''}"
+                f" | temperature {c.temperature}, top-k {c.top_k}, "
                 f"top-p {c.top_p}, seed {c.seed} | max-new-tokens {self.max_new_tokens} | "
                 f"chat {'on' if self.chat else 'off'}, stream {'on' if self.stream else 'off'}")
 
@@ -177,7 +178,7 @@ def run_prompt(models: Models, s: Session, prompt: str, as_json: bool = False) -
 
 HELP = """commands (anything else is a prompt):
   /spec, /target, /draft      toggle the speculative, target-alone and draft-alone runs
-  /gamma N   /adaptive        draft length; toggle adaptive gamma
+  /gamma N   /adaptive        draft length; cycle the draft budget: fixed, adaptive gamma, cost
   /drafter model|ngram        who drafts (the draft model is loaded on first use)
   /temperature X  /top-k K  /top-p P  /seed S  /max N     sampling and length
   /stream  /chat              toggle streaming output and the chat template
@@ -201,7 +202,7 @@ def apply_command(line: str, models: Models, s: Session) -> tuple[bool, Models]:
             raise UserError(f"/gamma needs an integer >= 1, got {value!r}")
         s.gamma = int(value)
     elif name == "adaptive":
-        s.adaptive = not s.adaptive
+        s.adaptive = {False: True, True: "cost", "cost": False}[s.adaptive]
     elif name == "drafter":
         if value not in ("model", "ngram", "head"):
             raise UserError(f"/drafter takes model, ngram or head, got {value!r}")

@@ -111,7 +111,13 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                         "draft head on the CPU, and for the draft model on the CUDA-graph path where the default "
                         "--draft-extend adds 4 looked-up tokens)")
     g.add_argument("--adaptive-gamma", action="store_true",
-                   help="raise gamma after a fully accepted draft, lower it after an early rejection")
+                   help="raise gamma after a fully accepted draft, lower it after an early rejection (instead of "
+                        "--draft-budget)")
+    g.add_argument("--draft-budget", choices=("auto", "fixed", "cost"), default="auto",
+                   help="how much each round drafts: fixed = gamma every round; cost = 0..gamma, whichever the "
+                        "measured acceptance and draft / verify seconds make fastest, 0 being a plain target step "
+                        "(minitorch/generation/budget.py: never much slower than the target alone); auto (default): "
+                        "cost on the CPU engine, fixed on the CUDA-graph engine (not there yet)")
     g.add_argument("--draft-vocab", type=int, default=0,
                    help="the draft model proposes only among the first N token ids (BPE ids run roughly by "
                         "frequency), computing that slice of its vocabulary projection; lossless; 0 = all")
@@ -177,7 +183,7 @@ class Settings:
     gamma: Optional[int] = None
     extend: Optional[int] = None
     draft_vocab: int = 0
-    adaptive: bool = False
+    adaptive: bool | str = False  # True: --adaptive-gamma; "cost": the draft budget (default_budget)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 128
 
@@ -237,6 +243,14 @@ HEAD_GPU_GAMMA = 4  # ... on the CUDA-graph engine: 2.20x on GSM8K first 20 at 4
 GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8 verify rows, the best measured
 
 
+def default_budget(budget: str, graphs: bool) -> bool | str:
+    """--draft-budget as the engine takes it (DrafterSpec.adaptive): auto is the cost budget on the CPU engine
+    (minitorch/generation/budget.py) and a fixed gamma on the CUDA-graph engine, which has no budget yet."""
+    if budget == "auto":
+        budget = "fixed" if graphs else "cost"
+    return "cost" if budget == "cost" else False
+
+
 def default_gamma(drafter: str, graphs: bool, default_extend: int = 0) -> int:
     """--gamma's default, by drafter and engine: the one table of it."""
     if drafter == "head":
@@ -276,6 +290,13 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
         raise UserError(f"--head names a draft head: it needs --drafter head (or auto), not --drafter {drafter}")
     if backend != "cuda" and dtype == "bfloat16":
         raise UserError("--dtype bfloat16 needs --backend cuda")
+    budget, adaptive_flag = get("draft_budget", "auto"), bool(get("adaptive_gamma", False))
+    graphs = backend == "cuda" and dtype != "float32"
+    if adaptive_flag and budget != "auto":
+        raise UserError(f"--adaptive-gamma and --draft-budget {budget}: choose one")
+    if budget == "cost" and graphs:
+        raise UserError("--draft-budget cost runs on the CPU engine; on the CUDA-graph path use fixed or "
+                        "--adaptive-gamma")
     try:
         sampling = SamplingConfig(temperature=get("temperature", 0.0), top_k=get("top_k", 0), top_p=get("top_p", 1.0),
                                   seed=get("seed", 0))
@@ -289,7 +310,8 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
         gpu=GpuSettings(fast_verify=bool(get("fast_verify", False)), gemv=get("gpu_gemv", "auto"),
                         draft_gemv=get("gpu_draft_gemv", "auto"), draft_weights=get("gpu_draft_weights", "auto"),
                         prefill=get("gpu_prefill", "graph")),
-        gamma=gamma, extend=extend, draft_vocab=draft_vocab, adaptive=bool(get("adaptive_gamma", False)),
+        gamma=gamma, extend=extend, draft_vocab=draft_vocab,
+        adaptive=True if adaptive_flag else default_budget(budget, graphs),
         sampling=sampling, max_new_tokens=max_new)
 
 

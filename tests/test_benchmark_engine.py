@@ -204,9 +204,10 @@ def test_result_config_names_the_gpu_paths_on_cuda_only():
 
     p = build_parser(BenchSpec("gsm8k", ("gsm8k",), "gsm8k", 64, "test"))
     cpu = run_config(p.parse_args([]))
-    assert "gpu" not in cpu and cpu["backend"] == "cpu"  # cpu result files of earlier runs still resume
+    assert "gpu" not in cpu and cpu["backend"] == "cpu" and cpu["adaptive_gamma"] == "cost"  # the CPU's budget  # cpu result files of earlier runs still resume
     cuda = run_config(p.parse_args(["--backend", "cuda", "--gpu-prefill", "graph", "--gpu-draft-weights", "int8"]))
     assert cuda["gpu"] == {"fast_verify": False, "gpu_gemv": "auto", "gpu_draft_gemv": "auto",
                            "gpu_draft_weights": "int8", "gpu_prefill": "graph"}
     # the CUDA-graph path's draft-model defaults: 3 model tokens, 4 looked up (settings.default_gamma / _extend)
-    assert {k: v for k, v in cuda.items() if k != "gpu"} == {**cpu, "backend": "cuda", "gamma": 3, "draft_extend": 4}
+    assert {k: v for k, v in cuda.items() if k != "gpu"} == {**cpu, "backend": "cuda", "gamma": 3, "draft_extend": 4,
+                                                                "adaptive_gamma": False}

@@ -85,7 +85,7 @@ def test_json_is_one_object_with_stats(fake_models, capsys):
     from minitorch.generation import NGramDrafter, SamplingConfig, speculative_generate
 
     assert prog.main(["--prompt", "hi", "--max-new-tokens", "12", "--json", "--temperature", "0.8",
-                      "--drafter", "ngram", "--seed", "5"]) == 0
+                      "--drafter", "ngram", "--seed", "5", "--draft-budget", "fixed"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1
     obj = json.loads(out[0])
@@ -108,7 +108,7 @@ def test_draft_extend_continues_the_models_drafts_by_lookup(fake_models, capsys)
     from minitorch.generation import ExtendedDrafter, ModelDrafter, SamplingConfig, speculative_generate
 
     assert prog.main(["--prompt", "hi", "--max-new-tokens", "24", "--json", "--gamma", "3", "--draft-extend", "3",
-                      "--temperature", "0.8", "--seed", "5"]) == 0
+                      "--temperature", "0.8", "--seed", "5", "--draft-budget", "fixed"]) == 0
     obj = json.loads(capsys.readouterr().out)
     tok = FakeTokenizer()
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "hi"}]))
@@ -193,6 +193,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
         (["--no-such-flag"], "unrecognized"),
         (["--cpu-activations", "int8", "--backend", "cuda"], "--cpu-activations"),
         (["--cpu-activations", "int4"], "--cpu-activations"),
+        (["--adaptive-gamma", "--draft-budget", "cost"], "choose one"),
+        (["--backend", "cuda", "--draft-budget", "cost"], "CPU engine"),
     ],
 )
 def test_flag_errors_exit_2_with_one_line(args, word):
@@ -334,6 +336,19 @@ def test_gamma_and_draft_extend_defaults(flags, want):
     assert vars(args) == before
     r = s.for_head(None)
     assert (r.gamma, r.extend) == want
+
+
+@pytest.mark.parametrize("flags, want", [
+    ([], "cost"),  # the CPU engine drafts by its measured costs
+    (["--draft-budget", "fixed"], False),
+    (["--adaptive-gamma"], True),
+    (["--backend", "cuda"], False),  # the CUDA-graph engine has no budget yet: a fixed gamma
+    (["--backend", "cuda", "--dtype", "float32"], "cost"),  # the eager CUDA backend runs the CPU engine's loop
+])
+def test_draft_budget_defaults(flags, want):
+    from project.settings import resolve_settings
+
+    assert resolve_settings(prog.build_parser().parse_args(flags)).adaptive == want
 
 
 def _fake_packed_loads(monkeypatch) -> list:

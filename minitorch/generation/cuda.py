@@ -411,6 +411,9 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     cfg = cfg or SamplingConfig()
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma (draft length) must be an integer >= 1, got {gamma!r}")
+    if adaptive_gamma not in (False, True):
+        raise ValueError(f"adaptive_gamma {adaptive_gamma!r}: the CUDA-graph engine takes False or True (the cost "
+                         "budget runs on the CPU engine)")
     if gamma > target.max_tokens - 1:
         raise ValueError(f"gamma must be at most {target.max_tokens - 1} (the target decoder's max_tokens - 1)")
     limit = max(gamma, min(target.max_tokens - 1, MAX_ADAPTIVE_GAMMA)) if adaptive_gamma else gamma  # largest draft

@@ -51,7 +51,8 @@ class DrafterSpec:
     gamma: int = 4  # tokens drafted a round (the model's own when extend > 0)
     extend: int = 0  # "model": prompt-lookup tokens after the model's gamma
     propose_vocab: int = 0  # "model": propose among the first n token ids only; 0 = all
-    adaptive: bool = False  # raise gamma after a fully accepted round, lower it after an early rejection
+    adaptive: bool | str = False  # True: raise gamma after a fully accepted round, lower it after an early
+    # rejection; "cost": each round drafts 0..gamma by the measured acceptance and costs (budget.py; CPU engine)
 
     def __post_init__(self) -> None:
         if self.kind not in DRAFTER_KINDS:
@@ -64,6 +65,8 @@ class DrafterSpec:
             raise ValueError("a 'model' drafter needs its draft model (DrafterSpec(model=...))")
         if self.kind == "head" and self.head is None:
             raise ValueError("a 'head' drafter needs its draft head (DrafterSpec(head=...))")
+        if self.adaptive not in (False, True, "cost"):
+            raise ValueError(f"adaptive must be False, True or 'cost', got {self.adaptive!r}")
         if self.extend and self.kind != "model":
             raise ValueError("extend continues a draft model's tokens by prompt lookup: it needs kind 'model'")
 

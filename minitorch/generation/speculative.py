@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import no_grad
 from .autoregressive import TokenCallback, check_request, emit
+from .budget import CostBudget
 from .drafters import Drafter, ModelDrafter
 from .sampling import SamplingConfig, greedy_tokens, logits_rows, logits_to_probs, sample
 from .stats import GenerationResult, SpecStats
@@ -97,10 +98,13 @@ def next_gamma(gamma: int, n_drafted: int, n_accepted: int) -> int:
 def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequence[int],
                          max_new_tokens: int, cfg: SamplingConfig | None = None,
                          stop_ids: Iterable[int] | None = None, gamma: int = 4,
-                         adaptive_gamma: bool = False, vocab_size: int | None = None,
+                         adaptive_gamma: bool | str | CostBudget = False, vocab_size: int | None = None,
                          on_tokens: TokenCallback | None = None, cache: Any = None) -> GenerationResult:
     """Generate with a drafter proposing and the target verifying; output follows the target exactly.
 
+    adaptive_gamma: False drafts gamma tokens a round; True adapts it to the last round (next_gamma); "cost" lets
+    each round choose 0..gamma from the measured acceptance and draft / verify seconds (budget.py: 0 is a plain
+    target step, so speculation never costs much more than the target alone); a CostBudget instance: that one.
     drafter: a Drafter (ModelDrafter, NGramDrafter) or a bare draft model (wrapped in ModelDrafter).
     vocab_size: candidate tokens are the first vocab_size logits (default: the shared vocabulary
     min(V_target, V_draft)); pass the same value to `generate` for a like-for-like baseline.
@@ -139,19 +143,28 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     context = list(prompt)
     out: list[int] = []
     g_now = gamma
+    budget = adaptive_gamma if isinstance(adaptive_gamma, CostBudget) else (
+        CostBudget(gamma) if adaptive_gamma == "cost" else None)
     done = False
     while not done:
+        if budget is not None:
+            g_now = budget.choose(st.position_accepted, st.position_judged)
         # never draft more than can be emitted: a round emits at most g + 1 tokens
         g = min(g_now, max_new_tokens - len(out) - 1)
         drafts: list[int] = []
         q = None
+        t_draft = t_verify = 0.0
+        f0 = drafter.forwards
         if g > 0:
             with timer("draft"):
-                f0 = drafter.forwards
+                t = time.perf_counter()
                 drafts, q = drafter.propose(context, g, cfg, rng)
                 st.draft_forwards += drafter.forwards - f0
+                t_draft = time.perf_counter() - t
         with timer("verify"):
+            t = time.perf_counter()
             rows, feats = verify(target, cache, context[-1], drafts, vocab, wants_feats)  # (g+1, V)
+            t_verify = time.perf_counter() - t
         with timer("sample"):
             if cfg.greedy:
                 n_acc, nxt = accept_greedy(greedy_tokens(rows), drafts)
@@ -166,12 +179,16 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
             # roll both caches back to the emitted prefix (all context tokens but the pending one)
             cache.truncate(len(context) - 1)
             drafter.rollback(len(context) - 1)
+        if budget is not None:
+            budget.record(len(drafts), drafter.forwards - f0, t_draft, t_verify, n_emit)
         if on_tokens is not None:
             on_tokens(out[len(out) - n_emit:])
-        if adaptive_gamma:
+        if adaptive_gamma is True:
             g_now = next_gamma(g_now, len(drafts), n_acc)
     stats = st.as_dict(time.perf_counter() - t0)
     stats["gamma"] = gamma
-    stats["adaptive_gamma"] = adaptive_gamma
+    stats["adaptive_gamma"] = "cost" if budget is not None else adaptive_gamma
+    if budget is not None:
+        stats["plain_rounds"] = budget.choices.count(0)
     stop_reason = "stop" if out and out[-1] in stops else "length"
     return GenerationResult(tokens=out, stop_reason=stop_reason, stats=stats)

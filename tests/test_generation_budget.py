@@ -1,0 +1,104 @@
+"""The draft budget (minitorch/generation/budget.py): each round drafts 0..gamma by the measured acceptance and
+costs. Its choices against the expected-tokens-a-second rule worked by hand; greedy output equal to the target
+alone's whatever it chooses; sampled output still the target's distribution (the chi-square harness of
+test_generation_distribution.py, with costs fixed so the choices are reproducible and depend on each seed's own
+acceptance history); a drafter that never pays goes plain, one that always pays drafts gamma."""
+from __future__ import annotations
+
+import pytest
+
+import minitorch.generation.speculative as spec
+from minitorch.generation import ModelDrafter, SamplingConfig, generate, speculative_generate
+from minitorch.generation.budget import CostBudget
+from test_generation_fakes import FakeModel
+
+
+class FixedCosts(CostBudget):
+    """The budget with made-up seconds instead of measured ones: draft step t_d, verify 1 + slope * (rows - 1)."""
+
+    def __init__(self, gamma, t_d=0.3, slope=0.1, **kw):
+        super().__init__(gamma, **kw)
+        self.t_d, self.slope = t_d, slope
+
+    def record(self, drafted, draft_forwards, draft_seconds, verify_seconds, emitted=1):
+        super().record(drafted, draft_forwards, self.t_d * draft_forwards, 1.0 + self.slope * drafted, emitted)
+
+
+def test_choices_follow_expected_tokens_per_second():
+    b = FixedCosts(4, t_d=0.3, slope=0.1)
+    assert b.choose([], []) == 4  # the first round drafts gamma ...
+    b.record(4, 4, 0, 0)
+    assert b.choose([9, 8, 7, 6], [10, 9, 8, 7]) == 0  # ... the second none: both ends of the verify line
+    b.record(0, 0, 0, 0)
+    acc, judged = [90, 80, 70, 60], [100, 90, 80, 70]
+    rates = {g: b.expected_tokens(g, acc, judged) / (g * 0.3 + 1 + 0.1 * g) for g in range(5)}
+    assert b.choose(acc, judged) == max(rates, key=rates.get) == 3  # a 4th draft costs more than it brings
+    assert b.verify_seconds(3) == pytest.approx(1.2)  # interpolated between rows 1 and 5
+    assert b.choose([1, 0, 0, 0], [20, 1, 0, 0]) == 0  # a_1 = 3 / 22: drafting loses to a plain step
+
+
+def test_rarely_judged_positions_follow_the_one_before():
+    """A position judged once keeps little of that one judgement: its rate moves with the first position's, so a
+    run whose first drafts are nearly always accepted goes on to try longer drafts."""
+    b = CostBudget(4)
+    a = b.rates(4, [98, 0, 0, 0], [100, 1, 1, 1])  # one early round rejected position 2
+    assert a[0] == pytest.approx(99 / 102) and a[1] == pytest.approx(2 * a[0] / 3) and a[3] < a[2] < a[1]
+    assert b.rates(2, [98, 90], [100, 92])[1] == pytest.approx((90 + 2 * 99 / 102) / 94)
+
+
+def test_probes_stay_within_their_share_of_the_time():
+    """Where drafting loses, a probe (one draft) comes after PROBE_MIN plain rounds only while the first round's and
+    the probes' extra seconds stay within EXPLORE of the run: a dear probe (a model drafter catching up) is rare."""
+    b = CostBudget(4, explore=0.05, probe_min=3)
+    b.choose([], []), b.record(4, 4, 0.4, 1.4, emitted=1)  # the first round: 1.8 s for one token (plain: 1.4 / 5)
+    b.choose([], []), b.record(0, 0, 0.0, 1.0)
+    seen = []
+    for _ in range(120):
+        g = b.choose([0], [30])
+        seen.append(g)
+        b.record(g, g, 0.6 * g, 1.0 + 0.1 * g)  # a probe: 0.6 s of drafting and a dearer verify for one token
+    probes = [i for i, g in enumerate(seen) if g]
+    assert probes and probes[0] >= 3 and all(b - a > 3 for a, b in zip(probes, probes[1:]))
+    assert b.explored <= 0.05 * b.elapsed + b.probe_cost  # at most one probe past the share
+    assert len(probes) < 10
+
+
+@pytest.mark.parametrize("noise, t_d, want", [(0.0, 0.05, "drafts"), (3.0, 2.0, "plain")])
+def test_a_drafter_that_pays_drafts_and_one_that_does_not_goes_plain(noise, t_d, want):
+    target = FakeModel(20, seed=1)
+    draft = target if noise == 0.0 else FakeModel(20, seed=5)
+    b = FixedCosts(4, t_d=t_d)
+    res = speculative_generate(target, ModelDrafter(draft), [1, 2, 3], 80, gamma=4, adaptive_gamma=b)
+    assert res.tokens == generate(target, [1, 2, 3], 80).tokens
+    later = b.choices[2:]
+    if want == "drafts":
+        assert later.count(4) >= 0.8 * len(later) and 0 not in later
+    else:
+        assert later.count(0) >= 0.8 * len(later) and res.stats["plain_rounds"] == b.choices.count(0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_output_is_the_targets_with_measured_costs(seed):
+    target = FakeModel(30, seed=seed)
+    draft = FakeModel(30, seed=seed + 7, like=target, noise=0.4)
+    ref = generate(target, [3, 4, 5], 60)
+    res = speculative_generate(target, ModelDrafter(draft), [3, 4, 5], 60, gamma=4, adaptive_gamma="cost")
+    assert res.tokens == ref.tokens and res.stats["adaptive_gamma"] == "cost"
+
+
+def test_sampling_with_the_budget_follows_the_target_distribution():
+    """Losslessness when g depends on the run so far: each seed's rounds choose by that seed's own acceptance
+    (costs fixed so the outcome is reproducible: a cheap draft and dear verify rows make the choice flip between
+    drafting and plain steps as acceptance moves)."""
+    from test_generation_distribution import ALPHA_SIG, DRAFT, L, N, PROMPT, TARGET, chi_square_pvalue, exact_joint
+
+    cfg_kwargs = {"temperature": 1.0}
+    samples, choices = [], set()
+    for seed in range(N):
+        b = FixedCosts(3, t_d=0.15, slope=0.25)
+        res = spec.speculative_generate(TARGET, ModelDrafter(DRAFT), PROMPT, L, SamplingConfig(seed=seed, **cfg_kwargs),
+                                        gamma=3, adaptive_gamma=b)
+        samples.append(tuple(res.tokens))
+        choices.add(tuple(b.choices))
+    assert len(choices) > 3  # the seeds took different paths of draft lengths
+    assert chi_square_pvalue(samples, exact_joint(SamplingConfig(**cfg_kwargs))) > ALPHA_SIG
