@@ -39,3 +39,10 @@ def test_every_flag_of_the_demo_is_in_the_reference():
     flags = [s for a in run_spec_decoding.build_parser()._actions for s in a.option_strings
              if s.startswith("--") and s != "--help"]
     assert len(flags) > 20 and all(f in demo for f in flags), [f for f in flags if f not in demo]
+
+
+def test_the_reference_names_no_path_of_this_checkout():
+    """Defaults that are paths in the checkout (train_draft_head's --data-file) appear relative to it, so the page
+    is the same in every clone (an absolute path made the drift test fail in any other folder)."""
+    assert str(usage_doc.ROOT) not in usage_doc.reference()
+    assert "`data/gsm8k/train.jsonl.gz`" in usage_doc.reference()
