@@ -73,7 +73,9 @@ def gsm8k_sequences(tok: Any, rows: Sequence[dict[str, Any]], max_len: int, sour
 def generated_sequences(tok: Any, rows: Sequence[dict[str, Any]], questions: dict[str, str], max_len: int,
                         source: str, seen: set | None = None) -> list[Sequence_]:
     """Answers the target wrote (benchmark records: 'id', 'text', run on the train split; or records that carry their
-    own 'question', e.g. project/write_problems.py's answers to problems the target wrote) under the same prompt."""
+    own 'question', e.g. project/write_problems.py's answers to problems the target wrote) under the same prompt; a
+    record with 'messages' (project/write_chat.py) is a conversation: those turns under the chat template with no
+    instruction (as Spec-Bench prompts), its last answer 'text'. No user turn may be an evaluation question."""
     end = _end_ids(tok)
     out, seen = [], set() if seen is None else seen  # a shared `seen`: a record in two files counts once
     for r in rows:
@@ -81,13 +83,16 @@ def generated_sequences(tok: Any, rows: Sequence[dict[str, Any]], questions: dic
         q = r["question"] if own else questions.get(str(r.get("id")))
         if q is None or "text" not in r or r.get("mode") not in (None, "target", "spec"):
             continue
-        if own and is_evaluation_question(q):  # e.g. a problem the target recalled from MATH-500 word for word
+        chat = r.get("messages")  # a conversation (project/write_chat.py): its turns under the plain chat template
+        users = [m["content"] for m in chat if m.get("role") == "user"] if isinstance(chat, list) else [q]
+        if own and any(is_evaluation_question(u) for u in users):  # e.g. recalled from MATH-500 word for word
             continue
         key = (r["id"], r["text"])
         if key in seen:  # the spec and target records of a greedy run hold the same text
             continue
         seen.add(key)
-        prompt = list(tok.encode(build_prompt(tok, q)))
+        text = tok.apply_chat_template(chat, add_generation_prompt=True) if isinstance(chat, list) else build_prompt(tok, q)
+        prompt = list(tok.encode(text))
         ids = prompt + list(tok.encode(r["text"])) + (end if r.get("stop_reason") == "stop" else [])
         if len(prompt) + 2 < max_len:
             out.append(Sequence_(ids[:max_len], len(prompt), source))

@@ -1,0 +1,225 @@
+"""Training text for a draft head that covers what users ask, written by the target itself: requests of every kind,
+then its own answers to them under the benchmarks' chat template. Two steps, each a separate run, each resumable.
+
+    python project/write_chat.py requests --n 2000 -o requests.jsonl [--style topics|magpie] [--backend cuda]
+    python project/write_chat.py answers requests.jsonl -o answers.jsonl [--turns 2] [--backend cuda]
+    python project/train_draft_head.py --generated answers.jsonl ...
+
+Why: a head trained on math drafts math (GSM8K 2.2x on the H200) and slows everything else down (the seed's own
+"Who is better Ronaldo or Messi?" 0.77x on the CPU). It has to learn the target's answers to the range of requests
+users make, and no such prompts can be downloaded here, so the target writes them (issue 43):
+
+- `--style topics` (default): item i asks the target for one request of category i mod 11 (writing, roleplay,
+  reasoning, coding, extraction, STEM, humanities, translation, summarization, questions from passages, math; the
+  range Spec-Bench covers) on a topic of that category, sampled (temperature 0.9, top-p 0.95, seed --seed + i). The
+  kinds that work on a given text (extraction, summarization, passages, translation) ask for the text inside the
+  request.
+- `--style magpie` (Magpie, arXiv 2406.08464): the chat template up to where a user's message starts, sampled until
+  the turn ends, so the request is whatever the target expects users to write.
+
+A request that is an evaluation question word for word (GSM8K test, MATH-500, AIME, AMC, any Spec-Bench turn;
+training/data.py) or too short / long is kept as `question: null` with its raw text. `answers` answers every kept
+request greedily under the template with no instruction of ours (the benchmarks' Spec-Bench prompt); `--turns 2`
+then lets the target write the user's follow-up (Magpie over the conversation so far) and answers that too. A record
+carries its `messages` (the user and assistant turns before the last answer) and the last answer as `text`, which
+train_draft_head.py --generated takes as it is.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from project.cli_common import run_cli
+from project.one_line_parser import OneLineParser
+from project.settings import UserError
+
+CATEGORIES: dict[str, tuple[str, ...]] = {
+    "writing": ("a travel blog post", "a persuasive email", "a short story opening", "a product description",
+                "a cover letter", "a speech for a wedding", "a poem about the sea", "a restaurant review"),
+    "roleplay": ("a job interviewer", "a medieval knight", "a patient tutor", "a detective", "a tour guide in Rome",
+                 "a customer support agent", "a chess coach", "a fictional startup founder"),
+    "reasoning": ("a logic puzzle", "a riddle about ages", "planning a trip under constraints", "a scheduling problem",
+                  "a counterfactual question", "comparing two arguments", "a lateral thinking puzzle"),
+    "coding": ("a Python function with tests", "a SQL query", "a regular expression", "explaining a bug in C code",
+               "a JavaScript event handler", "a shell script", "refactoring a class", "a data structure in Rust"),
+    "extraction": ("names and dates from a news paragraph", "a table from a product listing",
+                   "key facts from a meeting note", "JSON from an invoice text", "the main claims of a review"),
+    "stem": ("photosynthesis", "black holes", "vaccines", "electric circuits", "plate tectonics", "machine learning",
+             "climate change", "the immune system"),
+    "humanities": ("the French Revolution", "stoic philosophy", "impressionist painting", "the Silk Road",
+                   "linguistic relativity", "the causes of World War I", "Greek tragedy", "economic inequality"),
+    "translation": ("a German paragraph about a museum", "a French email about a delay",
+                    "a Spanish recipe", "an Italian news sentence", "a German product review"),
+    "summarization": ("a news article about a local election", "a paragraph from a science report",
+                      "a company's quarterly update", "a long product review", "a blog post about running"),
+    "passages": ("a question answered from two given passages about a city",
+                 "a question about a historical figure with a retrieved paragraph",
+                 "a question with three short search results about a medicine", "a trivia question with context"),
+    "math": ("a word problem about percentages", "a probability question", "an algebra exercise",
+             "a geometry question", "a unit conversion", "a question about sequences"),
+}
+WITH_TEXT = ("extraction", "translation", "summarization", "passages")  # requests that carry the text they work on
+REQUEST = ("Write one message that a user might send to an AI assistant. Kind: {category}. About: {topic}.{text}\n"
+           "Write only the user's message, exactly as the user would send it, with nothing before or after it.")
+TEXT_NOTE = " The message must include the full text it refers to (100 to 300 words), written out."
+MIN_CHARS, MAX_CHARS = 15, 4000  # a kept request's length
+MARK = "\u0001REQUEST\u0001"  # where a user's message would start in the chat template (Magpie's prefix)
+
+
+def request_items(n: int, start: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(id, fields) of items start..start+n-1: category i mod 11, and within it topic (i // 11) mod its count."""
+    names = list(CATEGORIES)
+    for i in range(start, start + n):
+        cat = names[i % len(names)]
+        topics = CATEGORIES[cat]
+        yield f"chat-{i}", {"index": i, "category": cat, "topic": topics[(i // len(names)) % len(topics)]}
+
+
+def request_prompt(tok: Any, style: str, category: str, topic: str) -> str:
+    """What the target continues to write a request: a request for one (topics), or the template's own prefix of a
+    user turn (magpie)."""
+    if style == "magpie":
+        return user_prefix(tok, [])
+    text = TEXT_NOTE if category in WITH_TEXT else ""
+    msg = REQUEST.format(category=category, topic=topic, text=text)
+    return tok.apply_chat_template([{"role": "user", "content": msg}], add_generation_prompt=True)
+
+
+def user_prefix(tok: Any, messages: list[dict[str, str]]) -> str:
+    """The chat template of `messages` followed by the start of a user turn, cut where its content would begin (the
+    template's default system turn included): what Magpie samples a user message from."""
+    full = tok.apply_chat_template(messages + [{"role": "user", "content": MARK}], add_generation_prompt=False)
+    if MARK not in full:
+        raise UserError("the chat template does not place the user's message verbatim: --style magpie cannot use it")
+    return full[:full.index(MARK)]
+
+
+def clean_request(text: str) -> str | None:
+    """The request as written: the end-of-turn markers and surrounding quotes dropped; None when too short or long."""
+    for stop in ("<|im_end|>", "<|endoftext|>", "<|im_start|>"):
+        text = text.split(stop)[0]
+    text = text.strip().strip('"').strip()
+    return text if MIN_CHARS <= len(text) <= MAX_CHARS else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from project.evaluation.engine import add_engine_args
+
+    p = OneLineParser(description="The target writes requests of every kind users make, then answers them: "
+                      "general training text for a draft head, no evaluation set.")
+    sub = p.add_subparsers(dest="step", required=True)
+    a = sub.add_parser("requests", help="write --n requests (sampled)")
+    a.add_argument("--n", type=int, default=1100, help="requests to ask for (default 1100: 100 of each category)")
+    a.add_argument("--start", type=int, default=0, help="the first item's index (default 0): more after an earlier file's")
+    a.add_argument("--style", choices=("topics", "magpie"), default="topics",
+                   help="topics (default): ask for a request of each category and topic in turn; magpie: sample the "
+                        "user's message from the chat template's own prefix")
+    b = sub.add_parser("answers", help="answer the requests of a `requests` file (greedy)")
+    b.add_argument("requests", help="the JSONL file `requests` wrote")
+    b.add_argument("--turns", type=int, default=1,
+                   help="conversation turns (default 1); 2: the target also writes the user's follow-up and answers it")
+    for q, max_new, temperature, top_p in ((a, 512, 0.9, 0.95), (b, 1024, 0.0, 1.0)):
+        q.add_argument("--output", "-o", required=True, help="the JSONL file to write (one record a line)")
+        q.add_argument("--resume", action="store_true", help="continue --output, skipping the items it holds")
+        q.add_argument("--no-progress", action="store_true", help="no progress bar")
+        add_engine_args(q, max_new)
+        q.set_defaults(temperature=temperature, top_p=top_p)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    if args.step == "requests" and (args.n < 1 or args.start < 0):
+        raise UserError(f"--n must be >= 1 and --start >= 0, got {args.n} and {args.start}")
+    if args.step == "answers" and args.turns not in (1, 2):
+        raise UserError(f"--turns takes 1 or 2, got {args.turns}")
+    out = Path(args.output)
+    if out.exists() and out.stat().st_size and not args.resume:
+        raise UserError(f"{out} exists; pass --resume to continue it or choose another --output")
+    return args
+
+
+def answer(tok: Any, gen: Any, messages: list[dict[str, str]], max_new_tokens: int, seed: int) -> tuple[str, Any]:
+    """The target's answer to a conversation's last user turn, under the template with no instruction of ours."""
+    ids = list(tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True)))
+    res = gen(ids, max_new_tokens, seed)
+    return tok.decode(list(res.tokens)).replace("<|im_end|>", "").replace("<|endoftext|>", "").strip(), res
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from tqdm import tqdm
+
+    from project.evaluation.data import read_json_rows
+    from project.evaluation.engine import load_engine
+    from project.training.data import is_evaluation_question
+
+    out = Path(args.output)
+    done = {r.get("id") for r in read_json_rows(out)} if out.exists() else set()
+    if args.step == "requests":
+        todo = [(rid, f) for rid, f in request_items(args.n, args.start) if rid not in done]
+    else:
+        src = Path(args.requests)
+        if not src.is_file():
+            raise UserError(f"requests file not found: {src}")
+        rows = read_json_rows(src)
+        if any("question" not in r or "id" not in r for r in rows):
+            raise UserError(f"{src}: not a `requests` file (rows need 'id' and 'question')")
+        todo = [(r["id"], r) for r in rows if r["question"] and r["id"] not in done]
+    print(f"{args.step}: {len(todo)} to write, {len(done)} already in {out}", file=sys.stderr)
+    if not todo:
+        return 0
+    engine = load_engine(args, ["spec"])
+    tok, gen = engine.tokenizer, engine.modes["spec"]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    kept = tokens = 0
+    t0 = time.perf_counter()
+    with out.open("a", encoding="utf-8") as f, tqdm(todo, desc=args.step, unit="item", disable=args.no_progress) as bar:
+        for rid, item in bar:
+            rec: dict[str, Any] = {"id": rid}
+            if args.step == "requests":
+                seed = args.seed + item["index"]
+                res = gen(list(tok.encode(request_prompt(tok, args.style, item["category"], item["topic"]))),
+                          args.max_new_tokens, seed)
+                text = tok.decode(list(res.tokens))
+                question = clean_request(text) if res.stop_reason == "stop" else None
+                if question is not None and is_evaluation_question(question):
+                    question = None  # an evaluation question word for word: never training text
+                rec.update(item, style=args.style, question=question, seed=seed)
+                if question is None:
+                    rec["raw"] = text
+                n_tok = len(res.tokens)
+            else:
+                messages = [{"role": "user", "content": item["question"]}]
+                text, res = answer(tok, gen, messages, args.max_new_tokens, args.seed)
+                n_tok = len(res.tokens)
+                if args.turns == 2 and res.stop_reason == "stop":
+                    messages.append({"role": "assistant", "content": text})
+                    follow = gen(list(tok.encode(user_prefix(tok, messages))), 256, args.seed + 1)
+                    n_tok += len(follow.tokens)
+                    second = clean_request(tok.decode(list(follow.tokens))) if follow.stop_reason == "stop" else None
+                    if second is not None and not is_evaluation_question(second):
+                        messages.append({"role": "user", "content": second})
+                        text, res = answer(tok, gen, messages, args.max_new_tokens, args.seed)
+                        n_tok += len(res.tokens)
+                    else:
+                        messages.pop()
+                rec.update(question=item["question"], category=item.get("category"), messages=messages, mode="spec",
+                           text=text, turns=(len(messages) + 1) // 2)
+            rec.update(generated_tokens=n_tok, stop_reason=res.stop_reason)
+            tokens += n_tok
+            f.write(json.dumps(rec) + "\n")
+            f.flush()  # an interrupted run keeps every finished item
+            kept += rec.get("question") is not None
+            bar.set_postfix(kept=kept, tok_s=f"{tokens / (time.perf_counter() - t0):.0f}")
+    print(f"{args.step}: wrote {len(todo)} ({kept} with a request; {tokens} tokens in "
+          f"{time.perf_counter() - t0:.1f} s) to {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

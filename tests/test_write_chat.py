@@ -1,0 +1,162 @@
+"""project/write_chat.py: requests of every category, Magpie's template prefix, what is kept of a request, both steps
+end to end on a tiny random target (records, resume, two turns), and the trainer taking the conversations with no
+evaluation question among them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+from project import write_chat as wc  # noqa: E402
+from test_models_util import hf_qwen2, save_hf, tiny_bpe  # noqa: E402
+
+
+class Template:
+    """The Qwen2.5 chat template's shape: a default system turn, im_start / im_end around each turn."""
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        if not messages or messages[0]["role"] != "system":
+            messages = [{"role": "system", "content": "You are a helpful assistant."}] + list(messages)
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+
+def test_items_cycle_through_every_category_and_its_topics():
+    items = [f for _, f in wc.request_items(3 * len(wc.CATEGORIES))]
+    assert [f["category"] for f in items[:len(wc.CATEGORIES)]] == list(wc.CATEGORIES)
+    first_writing = [f["topic"] for f in items if f["category"] == "writing"]
+    assert first_writing == list(wc.CATEGORIES["writing"][:3])  # a category's next item takes its next topic
+    assert list(wc.request_items(2, start=4)) == list(wc.request_items(6))[4:]
+
+
+def test_magpie_prefix_stops_where_the_users_message_starts():
+    tok = Template()
+    assert wc.user_prefix(tok, []) == "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+    convo = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
+    assert wc.user_prefix(tok, convo).endswith("<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n")
+    assert wc.request_prompt(tok, "magpie", "coding", "x") == wc.user_prefix(tok, [])
+    summary = wc.request_prompt(tok, "topics", "summarization", "a news article")
+    assert "Kind: summarization" in summary and wc.TEXT_NOTE.strip() in summary and summary.endswith("assistant\n")
+    assert wc.TEXT_NOTE.strip() not in wc.request_prompt(tok, "topics", "coding", "a SQL query")
+
+
+@pytest.mark.parametrize("raw, kept", [
+    ('"Can you write a haiku about autumn leaves?"<|im_end|>', "Can you write a haiku about autumn leaves?"),
+    ("Explain recursion to a child.<|im_end|><|im_start|>assistant", "Explain recursion to a child."),
+    ("Hi", None),
+    ("x" * 5000, None),
+])
+def test_what_is_kept_of_a_request(raw, kept):
+    assert wc.clean_request(raw) == kept
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("write_chat")
+    save_hf(hf_qwen2(seed=0, max_position_embeddings=2048), root / "t", tiny_bpe())
+    return root
+
+
+def _run(tiny: Path, *argv: str) -> None:
+    assert wc.main([*argv, "--target", str(tiny / "t"), "--drafter", "ngram", "--no-progress"]) == 0
+
+
+def test_requests_then_answers_end_to_end_resume_and_training(tiny, tmp_path, monkeypatch):
+    """The real engine on a tiny random target: requests (ids, categories, seeds, resume), then answers. A random
+    target's requests rarely end inside the limit, so kept ones are planted in the requests file (as a real target's
+    look); the answers step and the trainer then run on them as they would."""
+    req = tmp_path / "requests.jsonl"
+    _run(tiny, "requests", "--n", "3", "-o", str(req), "--max-new-tokens", "8")
+    rows = [json.loads(line) for line in req.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["chat-0", "chat-1", "chat-2"]
+    assert [r["category"] for r in rows] == list(wc.CATEGORIES)[:3] and all(r["style"] == "topics" for r in rows)
+    assert all(r["seed"] == r["index"] for r in rows)  # --seed 0 + the item's index
+    _run(tiny, "requests", "--n", "4", "-o", str(req), "--max-new-tokens", "8", "--resume")
+    assert len(req.read_text().splitlines()) == 4  # the three from before are not written again
+    # what a real target's kept requests look like (a random one's rarely stop)
+    planted = tmp_path / "kept.jsonl"
+    planted.write_text("".join(json.dumps({**r, "question": q}) + "\n" for r, q in zip(
+        rows, ["Write a limerick about a cat.", "Pretend you are a pirate and greet me.", "Which is heavier, a kilo "
+               "of feathers or a kilo of steel?"])))
+    ans = tmp_path / "answers.jsonl"
+    _run(tiny, "answers", str(planted), "-o", str(ans), "--max-new-tokens", "6", "--turns", "2")
+    recs = [json.loads(line) for line in ans.read_text().splitlines()]
+    assert [r["question"] for r in recs] == ["Write a limerick about a cat.", "Pretend you are a pirate and greet me.",
+                                             "Which is heavier, a kilo of feathers or a kilo of steel?"]
+    for r in recs:
+        assert r["messages"][0] == {"role": "user", "content": r["question"]} and r["mode"] == "spec"
+        assert r["turns"] == (len(r["messages"]) + 1) // 2 and r["generated_tokens"] > 0
+    # the trainer takes them as conversations under the plain template (no reasoning instruction)
+    from minitorch.models import load_model
+    from project.training.data import generated_sequences
+
+    _, tok = load_model(tiny / "t", progress=False)
+    seqs = generated_sequences(tok, recs, {}, 512, "chat")
+    assert len(seqs) == 3
+    prompt = tok.decode(seqs[0].ids[:seqs[0].n_prompt])
+    assert "Write a limerick about a cat." in prompt and "Please reason" not in prompt
+
+
+def test_the_trainer_drops_a_conversation_holding_an_evaluation_question(tiny):
+    from minitorch.models import load_model
+    from project.evaluation.data import load_problems
+    from project.training.data import generated_sequences
+
+    _, tok = load_model(tiny / "t", progress=False)
+    spec_bench = load_problems("spec_bench")[3].turns[1]  # an MT-bench second turn
+    ok = {"id": "a", "question": "Write a limerick about a cat.", "text": "A cat...", "stop_reason": "stop",
+          "messages": [{"role": "user", "content": "Write a limerick about a cat."}]}
+    bad = {**ok, "id": "b", "messages": ok["messages"] + [{"role": "assistant", "content": "A cat..."},
+                                                          {"role": "user", "content": spec_bench}]}
+    assert [s.source for s in generated_sequences(tok, [ok, bad], {}, 512, "chat")] == ["chat"]
+
+
+class ScriptedTemplate(Template):
+    """Template plus one character a token (id = code point; 0 ends a turn)."""
+
+    stop_token_ids = {0}
+
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids if i)
+
+
+def test_two_turns_follow_up_written_by_the_target_from_the_conversation(tmp_path, monkeypatch):
+    """--turns 2: the answer, then the user's follow-up sampled from the template's prefix of a user turn after the
+    conversation (Magpie), then its answer; the record holds both user turns and the first answer, text the second."""
+    from types import SimpleNamespace
+
+    from project.evaluation import engine as engine_mod
+
+    tok = ScriptedTemplate()
+    prompts = []
+
+    def gen(ids, max_new_tokens, seed):
+        prompt = tok.decode(ids)
+        prompts.append(prompt)
+        reply = {1: "A cat sat on a mat.", 2: "And now about a dog?", 3: "A dog dug."}[len(prompts)]
+        return SimpleNamespace(tokens=tok.encode(reply) + [0], stop_reason="stop")
+
+    monkeypatch.setattr(engine_mod, "load_engine", lambda args, modes: SimpleNamespace(tokenizer=tok, modes={"spec": gen}))
+    src = tmp_path / "req.jsonl"
+    src.write_text(json.dumps({"id": "chat-0", "question": "Write about a cat.", "category": "writing"}) + "\n")
+    out = tmp_path / "ans.jsonl"
+    assert wc.main(["answers", str(src), "-o", str(out), "--turns", "2", "--no-progress"]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["messages"] == [{"role": "user", "content": "Write about a cat."},
+                               {"role": "assistant", "content": "A cat sat on a mat."},
+                               {"role": "user", "content": "And now about a dog?"}]
+    assert rec["text"] == "A dog dug." and rec["turns"] == 2 and rec["stop_reason"] == "stop"
+    assert prompts[1] == wc.user_prefix(tok, rec["messages"][:2])  # the follow-up comes from the user turn's prefix
+    assert prompts[2] == tok.apply_chat_template(rec["messages"], add_generation_prompt=True)
+
+
+def test_bad_flags_are_one_line(tiny, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        wc.run_cli(lambda: wc.main(["answers", str(tmp_path / "none.jsonl"), "-o", str(tmp_path / "o.jsonl"),
+                                    "--turns", "3"]))
+    assert e.value.code == 2 and "--turns takes 1 or 2" in capsys.readouterr().err
