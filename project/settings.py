@@ -168,7 +168,7 @@ class GpuSettings:
 @dataclass(frozen=True)
 class Settings:
     """What a run does, every value checked (resolve_settings). gamma / extend None and drafter "auto": not yet
-    resolved (for_head, once the target is loaded); after it, `resolved` is True and each holds what runs."""
+    decided (for_head, once the target is loaded); after it each holds what runs."""
 
     target: str = DEFAULT_TARGET
     draft: str = DEFAULT_DRAFT
@@ -193,10 +193,6 @@ class Settings:
         return self.backend == "cuda" and self.dtype != "float32"
 
     @property
-    def resolved(self) -> bool:
-        return self.drafter != "auto" and self.gamma is not None and self.extend is not None
-
-    @property
     def model_flags(self) -> bool:
         """Whether a flag of the draft model's was given (it then drafts, whatever the cache holds)."""
         return self.draft != DEFAULT_DRAFT or bool(self.extend) or bool(self.draft_vocab)
@@ -216,10 +212,6 @@ class Settings:
         gamma = self.gamma if self.gamma is not None else default_gamma(drafter, self.graphs,
                                                                         extend if self.extend is None else 0)
         return replace(self, drafter=drafter, extend=extend, gamma=gamma)
-
-    def with_drafter(self, drafter: str) -> "Settings":
-        """The resolved settings of another drafter (the interactive /drafter command), gamma as it was."""
-        return replace(self, drafter=drafter, extend=self.extend if drafter == "model" else 0)
 
     def record(self) -> dict[str, Any]:
         """The settings every benchmark result line carries (a resumed run must match them)."""
