@@ -27,15 +27,12 @@ train_draft_head.py --generated takes as it is.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-import time
-from pathlib import Path
 from typing import Any, Iterator
 
 from project.cli_common import run_cli
 from project.one_line_parser import OneLineParser
 from project.settings import UserError
+from project.training.writer import add_step_args, check_output, first_step_rows, kept_question, write_items
 
 CATEGORIES: dict[str, tuple[str, ...]] = {
     "writing": ("a travel blog post", "a persuasive email", "a short story opening", "a product description",
@@ -107,8 +104,6 @@ def clean_request(text: str) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from project.evaluation.engine import add_engine_args
-
     p = OneLineParser(description="The target writes requests of every kind users make, then answers them: "
                       "general training text for a draft head, no evaluation set.")
     sub = p.add_subparsers(dest="step", required=True)
@@ -122,12 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("requests", help="the JSONL file `requests` wrote")
     b.add_argument("--turns", type=int, default=1,
                    help="conversation turns (default 1); 2: the target also writes the user's follow-up and answers it")
-    for q, max_new, temperature, top_p in ((a, 512, 0.9, 0.95), (b, 1024, 0.0, 1.0)):
-        q.add_argument("--output", "-o", required=True, help="the JSONL file to write (one record a line)")
-        q.add_argument("--resume", action="store_true", help="continue --output, skipping the items it holds")
-        q.add_argument("--no-progress", action="store_true", help="no progress bar")
-        add_engine_args(q, max_new)
-        q.set_defaults(temperature=temperature, top_p=top_p)
+    add_step_args(a, 512, 0.9, 0.95)
+    add_step_args(b, 1024, 0.0, 1.0)
     return p
 
 
@@ -137,9 +128,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise UserError(f"--n must be >= 1 and --start >= 0, got {args.n} and {args.start}")
     if args.step == "answers" and args.turns not in (1, 2):
         raise UserError(f"--turns takes 1 or 2, got {args.turns}")
-    out = Path(args.output)
-    if out.exists() and out.stat().st_size and not args.resume:
-        raise UserError(f"{out} exists; pass --resume to continue it or choose another --output")
+    check_output(args)
     return args
 
 
@@ -152,73 +141,39 @@ def answer(tok: Any, gen: Any, messages: list[dict[str, str]], max_new_tokens: i
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from tqdm import tqdm
 
-    from project.evaluation.data import read_json_rows
-    from project.evaluation.engine import load_engine
-    from project.training.data import is_evaluation_question
+    def request(tok: Any, gen: Any, item: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        seed = args.seed + item["index"]
+        res = gen(list(tok.encode(request_prompt(tok, args.style, item["category"], item["topic"]))),
+                  args.max_new_tokens, seed)
+        text = tok.decode(list(res.tokens))
+        question = kept_question(clean_request(text) if res.stop_reason == "stop" else None)
+        rec = {**item, "style": args.style, "question": question, "seed": seed}
+        if question is None:
+            rec["raw"] = text
+        return {**rec, "generated_tokens": len(res.tokens), "stop_reason": res.stop_reason}, len(res.tokens)
 
-    out = Path(args.output)
-    done = {r.get("id") for r in read_json_rows(out)} if out.exists() else set()
-    if args.step == "requests":
-        todo = [(rid, f) for rid, f in request_items(args.n, args.start) if rid not in done]
-    else:
-        src = Path(args.requests)
-        if not src.is_file():
-            raise UserError(f"requests file not found: {src}")
-        rows = read_json_rows(src)
-        if any("question" not in r or "id" not in r for r in rows):
-            raise UserError(f"{src}: not a `requests` file (rows need 'id' and 'question')")
-        todo = [(r["id"], r) for r in rows if r["question"] and r["id"] not in done]
-    print(f"{args.step}: {len(todo)} to write, {len(done)} already in {out}", file=sys.stderr)
-    if not todo:
-        return 0
-    engine = load_engine(args, ["spec"])
-    tok, gen = engine.tokenizer, engine.modes["spec"]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    kept = tokens = 0
-    t0 = time.perf_counter()
-    with out.open("a", encoding="utf-8") as f, tqdm(todo, desc=args.step, unit="item", disable=args.no_progress) as bar:
-        for rid, item in bar:
-            rec: dict[str, Any] = {"id": rid}
-            if args.step == "requests":
-                seed = args.seed + item["index"]
-                res = gen(list(tok.encode(request_prompt(tok, args.style, item["category"], item["topic"]))),
-                          args.max_new_tokens, seed)
-                text = tok.decode(list(res.tokens))
-                question = clean_request(text) if res.stop_reason == "stop" else None
-                if question is not None and is_evaluation_question(question):
-                    question = None  # an evaluation question word for word: never training text
-                rec.update(item, style=args.style, question=question, seed=seed)
-                if question is None:
-                    rec["raw"] = text
-                n_tok = len(res.tokens)
-            else:
-                messages = [{"role": "user", "content": item["question"]}]
+    def conversation(tok: Any, gen: Any, item: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        messages = [{"role": "user", "content": item["question"]}]
+        text, res = answer(tok, gen, messages, args.max_new_tokens, args.seed)
+        n = len(res.tokens)
+        if args.turns == 2 and res.stop_reason == "stop":  # the user's follow-up, written by the target, answered
+            follow = gen(list(tok.encode(user_prefix(tok, messages + [{"role": "assistant", "content": text}]))),
+                         256, args.seed + 1)
+            n += len(follow.tokens)
+            second = kept_question(clean_request(tok.decode(list(follow.tokens)))
+                                   if follow.stop_reason == "stop" else None)
+            if second is not None:
+                messages += [{"role": "assistant", "content": text}, {"role": "user", "content": second}]
                 text, res = answer(tok, gen, messages, args.max_new_tokens, args.seed)
-                n_tok = len(res.tokens)
-                if args.turns == 2 and res.stop_reason == "stop":
-                    messages.append({"role": "assistant", "content": text})
-                    follow = gen(list(tok.encode(user_prefix(tok, messages))), 256, args.seed + 1)
-                    n_tok += len(follow.tokens)
-                    second = clean_request(tok.decode(list(follow.tokens))) if follow.stop_reason == "stop" else None
-                    if second is not None and not is_evaluation_question(second):
-                        messages.append({"role": "user", "content": second})
-                        text, res = answer(tok, gen, messages, args.max_new_tokens, args.seed)
-                        n_tok += len(res.tokens)
-                    else:
-                        messages.pop()
-                rec.update(question=item["question"], category=item.get("category"), messages=messages, mode="spec",
-                           text=text, turns=(len(messages) + 1) // 2)
-            rec.update(generated_tokens=n_tok, stop_reason=res.stop_reason)
-            tokens += n_tok
-            f.write(json.dumps(rec) + "\n")
-            f.flush()  # an interrupted run keeps every finished item
-            kept += rec.get("question") is not None
-            bar.set_postfix(kept=kept, tok_s=f"{tokens / (time.perf_counter() - t0):.0f}")
-    print(f"{args.step}: wrote {len(todo)} ({kept} with a request; {tokens} tokens in "
-          f"{time.perf_counter() - t0:.1f} s) to {out}", file=sys.stderr)
-    return 0
+                n += len(res.tokens)
+        rec = {"question": item["question"], "category": item.get("category"), "messages": messages, "mode": "spec",
+               "text": text, "turns": (len(messages) + 1) // 2}
+        return {**rec, "generated_tokens": n, "stop_reason": res.stop_reason}, n
+
+    if args.step == "requests":
+        return write_items(args, request_items(args.n, args.start), request)
+    return write_items(args, [(r["id"], r) for r in first_step_rows(args.requests, "requests")], conversation)
 
 
 if __name__ == "__main__":

@@ -19,17 +19,14 @@ Answer records carry their question, so train_draft_head.py --generated takes th
 from __future__ import annotations
 
 import argparse
-import json
 import re
-import sys
-import time
-from pathlib import Path
 from typing import Any, Iterator
 
 
 from project.cli_common import run_cli
 from project.one_line_parser import OneLineParser
 from project.settings import UserError
+from project.training.writer import add_step_args, check_output, first_step_rows, kept_question, write_items
 
 # MATH's seven subjects (Hendrycks et al. 2021) and topics within each; item i takes combination i of their
 # product with levels 1-5, in a fixed shuffled order, so any prefix of a run spreads over all subjects
@@ -94,8 +91,6 @@ def problem_prompt(tok: Any, subject: str, topic: str, level: int) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from project.evaluation.engine import add_engine_args
-
     p = OneLineParser(description="The target writes math problems, then answers them: training text for a draft "
                       "head that is not an evaluation set.")
     sub = p.add_subparsers(dest="step", required=True)
@@ -105,23 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the first item's index (default 0): more problems after an earlier file's, with new ids and seeds")
     b = sub.add_parser("answers", help="answer the problems of a `problems` file (greedy)")
     b.add_argument("problems", help="the JSONL file `problems` wrote")
-    for q, max_new, temperature, top_p in ((a, 256, 0.8, 0.95), (b, 512, 0.0, 1.0)):
-        q.add_argument("--output", "-o", required=True, help="the JSONL file to write (one record a line)")
-        q.add_argument("--resume", action="store_true", help="continue --output, skipping the items it holds")
-        q.add_argument("--no-progress", action="store_true", help="no progress bar")
-        add_engine_args(q, max_new)
-        q.set_defaults(temperature=temperature, top_p=top_p)
+    add_step_args(a, 256, 0.8, 0.95)
+    add_step_args(b, 512, 0.0, 1.0)
     return p
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = build_parser()
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.step == "problems" and (args.n < 1 or args.start < 0):
         raise UserError(f"--n must be >= 1 and --start >= 0, got {args.n} and {args.start}")
-    out = Path(args.output)
-    if out.exists() and out.stat().st_size and not args.resume:
-        raise UserError(f"{out} exists; pass --resume to continue it or choose another --output")
+    check_output(args)
     return args
 
 
@@ -135,62 +123,27 @@ def problem_items(n: int, start: int = 0) -> Iterator[tuple[str, dict[str, Any]]
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from tqdm import tqdm
+    from project.evaluation.data import build_prompt
 
-    from project.evaluation.data import build_prompt, read_json_rows
-    from project.evaluation.engine import load_engine
-    from project.training.data import is_evaluation_question
+    def problem(tok: Any, gen: Any, item: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        seed = args.seed + item["index"]
+        res = gen(problem_prompt(tok, item["subject"], item["topic"], item["level"]), args.max_new_tokens, seed)
+        text = tok.decode(list(res.tokens))
+        question = kept_question(clean_problem(text) if res.stop_reason == "stop" else None)
+        rec = {**item, "question": question, "seed": seed}
+        if question is None:
+            rec["raw"] = text  # kept so a changed cleaning rule can be checked against it
+        return {**rec, "generated_tokens": len(res.tokens), "stop_reason": res.stop_reason}, len(res.tokens)
 
-    out = Path(args.output)
-    done = {r.get("id") for r in read_json_rows(out)} if out.exists() else set()
+    def answer(tok: Any, gen: Any, item: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        res = gen(list(tok.encode(build_prompt(tok, item["question"]))), args.max_new_tokens, args.seed)
+        rec = {"question": item["question"], "subject": item.get("subject"), "level": item.get("level"),
+               "mode": "spec", "text": tok.decode(list(res.tokens))}
+        return {**rec, "generated_tokens": len(res.tokens), "stop_reason": res.stop_reason}, len(res.tokens)
+
     if args.step == "problems":
-        todo = [(pid, f) for pid, f in problem_items(args.n, args.start) if pid not in done]
-    else:
-        src = Path(args.problems)
-        if not src.is_file():
-            raise UserError(f"problems file not found: {src}")
-        rows = read_json_rows(src)
-        if any("question" not in r or "id" not in r for r in rows):
-            raise UserError(f"{src}: not a `problems` file (rows need 'id' and 'question')")
-        todo = [(r["id"], r) for r in rows if r["question"] and r["id"] not in done]
-    print(f"{args.step}: {len(todo)} to write, {len(done)} already in {out}", file=sys.stderr)
-    if not todo:
-        return 0
-    engine = load_engine(args, ["spec"])
-    tok, gen = engine.tokenizer, engine.modes["spec"]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    kept = tokens = 0
-    t0 = time.perf_counter()
-    with out.open("a", encoding="utf-8") as f, tqdm(todo, desc=args.step, unit="item", disable=args.no_progress) as bar:
-        for pid, item in bar:
-            if args.step == "problems":
-                prompt = problem_prompt(tok, item["subject"], item["topic"], item["level"])
-                seed = args.seed + item["index"]
-            else:
-                prompt = list(tok.encode(build_prompt(tok, item["question"])))
-                seed = args.seed
-            res = gen(prompt, args.max_new_tokens, seed)
-            text = tok.decode(list(res.tokens))
-            tokens += len(res.tokens)
-            rec: dict[str, Any] = {"id": pid}
-            if args.step == "problems":
-                question = clean_problem(text) if res.stop_reason == "stop" else None
-                if question is not None and is_evaluation_question(question):
-                    question = None  # recalled from an evaluation set word for word: never training text
-                rec.update(item, question=question, seed=seed)
-                if question is None:
-                    rec["raw"] = text  # kept so a changed cleaning rule can be checked against it
-            else:
-                rec.update(question=item["question"], subject=item.get("subject"), level=item.get("level"),
-                           mode="spec", text=text)
-            rec.update(generated_tokens=len(res.tokens), stop_reason=res.stop_reason)
-            f.write(json.dumps(rec) + "\n")
-            f.flush()  # an interrupted run keeps every finished item
-            kept += rec.get("question") is not None
-            bar.set_postfix(kept=kept, tok_s=f"{tokens / (time.perf_counter() - t0):.0f}")
-    print(f"{args.step}: wrote {len(todo)} ({kept} with a question; {tokens} tokens in "
-          f"{time.perf_counter() - t0:.1f} s) to {out}", file=sys.stderr)
-    return 0
+        return write_items(args, problem_items(args.n, args.start), problem)
+    return write_items(args, [(r["id"], r) for r in first_step_rows(args.problems, "problems")], answer)
 
 
 if __name__ == "__main__":

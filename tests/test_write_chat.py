@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 from project import write_chat as wc  # noqa: E402
-from test_models_util import hf_qwen2, save_hf, tiny_bpe  # noqa: E402
+from test_write_problems import tiny  # noqa: E402,F401  (the tiny random target folder, a fixture)
 
 
 class Template:
@@ -50,13 +50,6 @@ def test_magpie_prefix_stops_where_the_users_message_starts():
 ])
 def test_what_is_kept_of_a_request(raw, kept):
     assert wc.clean_request(raw) == kept
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("write_chat")
-    save_hf(hf_qwen2(seed=0, max_position_embeddings=2048), root / "t", tiny_bpe())
-    return root
 
 
 def _run(tiny: Path, *argv: str) -> None:

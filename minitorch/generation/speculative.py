@@ -149,22 +149,18 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     while not done:
         if budget is not None:
             g_now = budget.choose(st.position_accepted, st.position_judged)
+            before = (st.draft_forwards, timer.get("draft"), timer.get("verify"))  # the round's costs: growth
         # never draft more than can be emitted: a round emits at most g + 1 tokens
         g = min(g_now, max_new_tokens - len(out) - 1)
         drafts: list[int] = []
         q = None
-        t_draft = t_verify = 0.0
-        f0 = drafter.forwards
         if g > 0:
             with timer("draft"):
-                t = time.perf_counter()
+                f0 = drafter.forwards
                 drafts, q = drafter.propose(context, g, cfg, rng)
                 st.draft_forwards += drafter.forwards - f0
-                t_draft = time.perf_counter() - t
         with timer("verify"):
-            t = time.perf_counter()
             rows, feats = verify(target, cache, context[-1], drafts, vocab, wants_feats)  # (g+1, V)
-            t_verify = time.perf_counter() - t
         with timer("sample"):
             if cfg.greedy:
                 n_acc, nxt = accept_greedy(greedy_tokens(rows), drafts)
@@ -180,7 +176,8 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
             cache.truncate(len(context) - 1)
             drafter.rollback(len(context) - 1)
         if budget is not None:
-            budget.record(len(drafts), drafter.forwards - f0, t_draft, t_verify, n_emit)
+            budget.record(len(drafts), st.draft_forwards - before[0], timer.get("draft") - before[1],
+                          timer.get("verify") - before[2], n_emit)
         if on_tokens is not None:
             on_tokens(out[len(out) - n_emit:])
         if adaptive_gamma is True:
