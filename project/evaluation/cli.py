@@ -119,11 +119,10 @@ def _sigterm(signum: int, frame: Any) -> None:
 def run_main(bench: BenchSpec, argv: Sequence[str], engine_factory: EngineFactory | None = None) -> int:
     """Parse flags, load problems and models, run, summarize. Returns the exit status."""
     args = build_parser(bench).parse_args(argv)
-    check_ray_args(args)
-    if engine_factory is None:  # the flags' settings checked before any problem or model loads
-        from project.settings import resolve_settings
+    from project.settings import resolve_settings
 
-        resolve_settings(args)
+    check_ray_args(args)
+    resolve_settings(args)  # every engine flag checked before any problem or model loads (load_engine resolves again)
     modes = parse_modes(args.modes)
     shard = parse_shard(args.shard)
     problems = load_problems(None if args.data_file else args.dataset, args.data_file, args.data_dir, args.hub)
