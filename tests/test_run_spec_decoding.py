@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -172,8 +173,11 @@ def test_interactive_ctrl_c_during_generation_returns_to_prompt(fake_models, cap
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
+    """The demo as a user runs it; PYTHONPATH names this checkout, so the run needs no install (the GPU machine
+    runs the tree as copied, without pip install -e)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
-                          cwd=ROOT)
+                          cwd=ROOT, env=env)
 
 
 @pytest.mark.parametrize(

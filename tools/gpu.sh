@@ -86,7 +86,7 @@ need_base() {
 wheels() {  # the carried wheels (gguf, math-verify), once a machine: two modes at once share the one install
   [ -d .whl ] || return 0
   [ -f /tmp/site/.done ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && touch /tmp/site/.done; } && export PYTHONPATH=/tmp/site
+    --target /tmp/site .whl/*.whl && touch /tmp/site/.done; } && export PYTHONPATH="/tmp/site:$PYTHONPATH"  # after the checkout (set above), not instead of it
 }
 real_env() { export MINITORCH_SPEC_CACHE=/root/cache; wheels; build; }  # the real pair staged, wheels, kernels
 B="--limit 20 --backend cuda --no-plots --no-progress"
