@@ -2,6 +2,7 @@
 
     engine.py          make_engine(target, DrafterSpec, sampling).generate(prompt_ids, n): the one call, either backend
     autoregressive.py  generate: the target alone (CPU engine)
+    batch.py           run_batch: the target alone on many sequences at once (continuous batching); CpuSlots
     speculative.py     speculative_generate: draft, verify, accept, roll back (CPU engine; the acceptance rule)
     budget.py          CostBudget: how much each round drafts, from the measured acceptance and costs
     drafters.py        the Drafter protocol: ModelDrafter, NGramDrafter, ExtendedDrafter
@@ -12,6 +13,7 @@
 See docs/ARCHITECTURE.md (the model and drafter protocols) and speculative.py for the acceptance rule.
 """
 from .autoregressive import generate
+from .batch import BatchRequest, BatchResult, CpuSlots, SlotBackend, run_batch
 from .drafters import Drafter, ExtendedDrafter, ModelDrafter, NGramDrafter
 from .engine import DrafterSpec, Engine, make_engine
 from .sampling import SamplingConfig, logits_to_probs, sample
@@ -19,6 +21,9 @@ from .speculative import speculative_generate
 from .stats import GenerationResult, predicted_speedup
 
 __all__ = [
+    "BatchRequest",
+    "BatchResult",
+    "CpuSlots",
     "Drafter",
     "DrafterSpec",
     "Engine",
@@ -27,10 +32,12 @@ __all__ = [
     "ModelDrafter",
     "NGramDrafter",
     "SamplingConfig",
+    "SlotBackend",
     "generate",
     "logits_to_probs",
     "make_engine",
     "predicted_speedup",
+    "run_batch",
     "sample",
     "speculative_generate",
 ]

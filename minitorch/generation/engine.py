@@ -25,18 +25,24 @@ the CPU (the Drafter protocol, drafters.py), DecoderDrafter / HostDrafter / Head
 protocol, cuda.py). Whatever drafts, greedy output is the target's bit for bit where the verify step reproduces the
 decode step's logits (the CPU engine always; the GPU's exact GEMVs, CudaDecoder's default), and sampled output
 follows the target's distribution (speculative.py's acceptance rule).
+
+`engine.generate_batch(requests, batch=N)` decodes many sequences with the target alone, N at once (continuous
+batching: batch.py's run_batch over CpuSlots on the CPU, the target's batch decoder on the GPU), yielding each
+BatchResult as its sequence finishes; one batch run at a time per engine (the backend is kept for the next call).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from .autoregressive import TokenCallback, context_limit
+from .batch import BatchRequest, BatchResult, CpuSlots, run_batch
 from .sampling import SamplingConfig
 from .stats import GenerationResult
 
 DRAFTER_KINDS = ("none", "model", "ngram", "head")
+BATCH_MAX_LEN = 4096  # generate_batch's default cache positions a slot, when the model's context is longer (or unknown)
 WARM_PROMPT_TOKENS = 128  # long enough for every prefill path: more than 16 rows (the packed kernel's
 # BLAS rebuild) and past PARALLEL_ATTENTION_WORK (minitorch/cpu/ops.py: threaded attention) for 1.5B-class models
 
@@ -84,6 +90,12 @@ def on_graphs(model: Any) -> bool:
 def logit_count(model: Any) -> int:
     """How many logits a model's step returns (checkpoints pad their vocabularies differently)."""
     return int(model.V) if on_graphs(model) else int(model.config.vocab_size)
+
+
+def batch_max_len(model: Any) -> int:
+    """generate_batch's default max_len: the model's context (config.max_position_embeddings), at most BATCH_MAX_LEN
+    positions (a long-context model would otherwise give every slot a cache of its whole context)."""
+    return min(context_limit(model) or BATCH_MAX_LEN, BATCH_MAX_LEN)
 
 
 def engine_functions(target: Any) -> tuple[Callable[..., GenerationResult], Callable[..., GenerationResult]]:
@@ -139,6 +151,7 @@ class Engine:
         self.on_graphs = on_graphs(target)
         self._generate, self._speculative = engine_functions(target)
         self._drafter: Any = None
+        self._batch: Optional[tuple[tuple[int, int], Any]] = None  # (batch, max_len) and its backend
 
     @property
     def drafter(self) -> Any:
@@ -158,6 +171,31 @@ class Engine:
         return self._speculative(self.target, self.drafter, prompt_ids, max_new_tokens, cfg, self.stop_ids,
                                  gamma=self.spec.round_gamma, adaptive_gamma=self.spec.adaptive,
                                  vocab_size=self.vocab_size, on_tokens=on_tokens)
+
+    def generate_batch(self, requests: Iterable[Optional[BatchRequest]], batch: int, max_len: Optional[int] = None,
+                       progress: Any = None) -> Iterator[BatchResult]:
+        """The target alone on `batch` sequences at once (continuous batching, batch.py's run_batch): each request's
+        BatchResult as its sequence finishes, out of order (BatchResult.index: its place in the input). A request's
+        sampling None takes the engine's. Only the target alone batches: speculative decoding stays one sequence at
+        a time (a drafter other than "none" is refused). max_len: the cache positions of each slot, which every
+        request's prompt + max_new_tokens must fit; requests are read lazily, so it is fixed before the first one:
+        default `batch_max_len(target)` = the model's context, capped at BATCH_MAX_LEN positions. The backend: CpuSlots
+        on the CPU engine (the reference; rows one after another), the target's `batch_decoder(slots, max_len,
+        vocab_size)` on the CUDA-graph engine; the engine keeps the last one made for the next call."""
+        if self.spec.kind != "none":
+            raise ValueError(f"batched decoding runs the target alone; this engine drafts with {self.spec.kind!r} "
+                             "(speculative decoding runs one sequence at a time: use engine.alone())")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+        n = batch_max_len(self.target) if max_len is None else max_len
+        if self._batch is None or self._batch[0] != (batch, n):
+            self._batch = None  # the old backend's memory goes before the new one's is taken
+            if self.on_graphs:
+                backend = self.target.batch_decoder(slots=batch, max_len=n, vocab_size=self.vocab_size)
+            else:
+                backend = CpuSlots(self.target, batch, n, self.vocab_size)
+            self._batch = ((batch, n), backend)
+        return run_batch(self._batch[1], requests, self.sampling, self.stop_ids, progress)
 
     def alone(self, model: Any = None) -> "Engine":
         """An engine of `model` (default: the target) alone, with these sampling settings and vocabulary: the
