@@ -1,6 +1,7 @@
 """The programs' shared flags, and the one place they become settings.
 
     add_model_args(p), add_spec_args(p), add_sampling_args(p)    the flags (every program that generates)
+    add_batch_args(p)                                            --batch (the text writers and the benchmarks)
     settings = resolve_settings(args)                            every value checked, defaults filled: frozen
     settings = settings.for_head(folder)                         after the target is loaded: --drafter auto
 
@@ -129,6 +130,16 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                         "for gamma 4 without); 0 elsewhere (on the CPU it did not pay: 1.11x vs 1.14x)")
 
 
+def add_batch_args(p: argparse.ArgumentParser) -> None:
+    """--batch: the target alone on N sequences at once (the programs that write many answers)."""
+    p.add_argument("--batch", type=int, default=1, metavar="N",
+                   help="decode N sequences at once with the target alone (continuous batching, "
+                        "minitorch/generation/batch.py; on the GPU one step serves all N, on the CPU it is no "
+                        "faster); each answer is written as it finishes, out of order, and its tokens/s is its share "
+                        "of steps shared with the others, not comparable to batch 1. N > 1 takes no drafter and no "
+                        "draft flag. Default 1: one at a time, speculative as the flags say")
+
+
 def add_engine_args(p: argparse.ArgumentParser, default_max_new_tokens: int = 128) -> None:
     """All three groups, as every program that generates takes them."""
     add_model_args(p)
@@ -168,7 +179,8 @@ class GpuSettings:
 @dataclass(frozen=True)
 class Settings:
     """What a run does, every value checked (resolve_settings). gamma / extend None and drafter "auto": not yet
-    decided (for_head, once the target is loaded); after it each holds what runs."""
+    decided (for_head, once the target is loaded); after it each holds what runs. drafter "none" (the target alone)
+    is what --batch N > 1 runs; no flag asks for it otherwise."""
 
     target: str = DEFAULT_TARGET
     draft: str = DEFAULT_DRAFT
@@ -186,6 +198,7 @@ class Settings:
     adaptive: bool | str = False  # True: --adaptive-gamma; "cost": the draft budget (default_budget)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 128
+    batch: int = 1  # --batch: sequences decoded at once, the target alone (drafter "none") when > 1
 
     @property
     def graphs(self) -> bool:
@@ -216,10 +229,14 @@ class Settings:
     def record(self) -> dict[str, Any]:
         """The settings every benchmark result line carries (a resumed run must match them)."""
         c = self.sampling
+        drafts = self.drafter != "none"
         config: dict[str, Any] = {
             "target": self.target, "drafter": self.drafter, "draft": self.draft if self.drafter == "model" else None,
-            "gamma": self.gamma, "adaptive_gamma": self.adaptive, "temperature": c.temperature, "top_k": c.top_k,
-            "top_p": c.top_p, "seed": c.seed, "backend": self.backend, "dtype": self.dtype}
+            "gamma": self.gamma if drafts else None, "adaptive_gamma": self.adaptive if drafts else False,
+            "temperature": c.temperature, "top_k": c.top_k, "top_p": c.top_p, "seed": c.seed, "backend": self.backend,
+            "dtype": self.dtype}
+        if self.batch > 1:  # only when on, so earlier result files still resume
+            config["batch"] = self.batch
         if self.drafter == "head":  # which head drafted (its folder; the cache's default for the target when not given)
             config["head"] = self.head or "default"
         if self.extend:  # only when on, so earlier result files still resume
@@ -268,6 +285,20 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
     drafter = get("drafter", d.drafter)
     gamma, extend = get("gamma", None), get("draft_extend", None)
     max_new, draft_vocab = get("max_new_tokens", d.max_new_tokens), get("draft_vocab", 0)
+    batch = get("batch", 1)
+    if batch < 1:
+        raise UserError(f"--batch must be >= 1, got {batch}")
+    if batch > 1:  # the target alone: no flag of speculative decoding's
+        given = [f"--drafter {drafter}" if drafter != "auto" else "", "--head" if get("head", None) else "",
+                 "--draft" if get("draft", d.draft) != d.draft else "", "--gamma" if gamma is not None else "",
+                 "--draft-extend" if extend is not None else "", "--draft-vocab" if draft_vocab else "",
+                 "--adaptive-gamma" if get("adaptive_gamma", False) else "",
+                 f"--draft-budget {get('draft_budget', 'auto')}" if get("draft_budget", "auto") != "auto" else ""]
+        flag = next((f for f in given if f), None)
+        if flag:
+            raise UserError(f"--batch {batch} decodes the target alone, {batch} sequences at once; {flag} is for "
+                            "speculative decoding, which runs one sequence at a time: drop it or use --batch 1")
+        drafter = "none"
     if gamma is not None and gamma < 1:
         raise UserError(f"--gamma must be >= 1, got {gamma}")
     if max_new < 1:
@@ -304,7 +335,7 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
                         prefill=get("gpu_prefill", "graph")),
         gamma=gamma, extend=extend, draft_vocab=draft_vocab,
         adaptive=True if adaptive_flag else default_budget(budget, graphs),
-        sampling=sampling, max_new_tokens=max_new)
+        sampling=sampling, max_new_tokens=max_new, batch=batch)
 
 
 def cpu_activations(mode: str, backend: str) -> str:

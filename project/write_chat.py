@@ -22,7 +22,9 @@ training/data.py) or too short / long is kept as `question: null` with its raw t
 request greedily under the template with no instruction of ours (the benchmarks' Spec-Bench prompt); `--turns 2`
 then lets the target write the user's follow-up (Magpie over the conversation so far) and answers that too. A record
 carries its `messages` (the user and assistant turns before the last answer) and the last answer as `text`, which
-train_draft_head.py --generated takes as it is.
+train_draft_head.py --generated takes as it is. --batch N writes N items at once with the target alone
+(training/writer.py; a second turn's requests join the batch as their first answers finish), each record as it
+finishes, in whatever order.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from typing import Any, Iterator
 from project.cli_common import run_cli
 from project.one_line_parser import OneLineParser
 from project.settings import UserError
-from project.training.writer import add_step_args, check_output, first_step_rows, kept_question, write_items
+from project.training.writer import Job, add_step_args, check_output, first_step_rows, kept_question, write_items
 
 CATEGORIES: dict[str, tuple[str, ...]] = {
     "writing": ("a travel blog post", "a persuasive email", "a short story opening", "a product description",
@@ -132,20 +134,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def answer(tok: Any, gen: Any, messages: list[dict[str, str]], max_new_tokens: int, seed: int) -> tuple[str, Any]:
-    """The target's answer to a conversation's last user turn, under the template with no instruction of ours."""
+def answer(tok: Any, messages: list[dict[str, str]], max_new_tokens: int, seed: int) -> Job:
+    """The target's answer to a conversation's last user turn, under the template with no instruction of ours: a
+    job (training/writer.py) that returns (text, result)."""
     ids = list(tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True)))
-    res = gen(ids, max_new_tokens, seed)
+    res = yield ids, max_new_tokens, seed
     return tok.decode(list(res.tokens)).replace("<|im_end|>", "").replace("<|endoftext|>", "").strip(), res
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    mode = "target" if args.batch > 1 else "spec"  # an answer record's mode: --batch N runs the target alone
 
-    def request(tok: Any, gen: Any, item: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    def request(tok: Any, item: dict[str, Any]) -> Job:
         seed = args.seed + item["index"]
-        res = gen(list(tok.encode(request_prompt(tok, args.style, item["category"], item["topic"]))),
-                  args.max_new_tokens, seed)
+        res = yield (list(tok.encode(request_prompt(tok, args.style, item["category"], item["topic"]))),
+                     args.max_new_tokens, seed)
         text = tok.decode(list(res.tokens))
         question = kept_question(clean_request(text) if res.stop_reason == "stop" else None)
         rec = {**item, "style": args.style, "question": question, "seed": seed}
@@ -153,21 +157,21 @@ def main(argv: list[str] | None = None) -> int:
             rec["raw"] = text
         return {**rec, "generated_tokens": len(res.tokens), "stop_reason": res.stop_reason}, len(res.tokens)
 
-    def conversation(tok: Any, gen: Any, item: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    def conversation(tok: Any, item: dict[str, Any]) -> Job:
         messages = [{"role": "user", "content": item["question"]}]
-        text, res = answer(tok, gen, messages, args.max_new_tokens, args.seed)
+        text, res = yield from answer(tok, messages, args.max_new_tokens, args.seed)
         n = len(res.tokens)
         if args.turns == 2 and res.stop_reason == "stop":  # the user's follow-up, written by the target, answered
-            follow = gen(list(tok.encode(user_prefix(tok, messages + [{"role": "assistant", "content": text}]))),
-                         256, args.seed + 1)
+            follow = yield (list(tok.encode(user_prefix(tok, messages + [{"role": "assistant", "content": text}]))),
+                            256, args.seed + 1)
             n += len(follow.tokens)
             second = kept_question(clean_request(tok.decode(list(follow.tokens)))
                                    if follow.stop_reason == "stop" else None)
             if second is not None:
                 messages += [{"role": "assistant", "content": text}, {"role": "user", "content": second}]
-                text, res = answer(tok, gen, messages, args.max_new_tokens, args.seed)
+                text, res = yield from answer(tok, messages, args.max_new_tokens, args.seed)
                 n += len(res.tokens)
-        rec = {"question": item["question"], "category": item.get("category"), "messages": messages, "mode": "spec",
+        rec = {"question": item["question"], "category": item.get("category"), "messages": messages, "mode": mode,
                "text": text, "turns": (len(messages) + 1) // 2}
         return {**rec, "generated_tokens": n, "stop_reason": res.stop_reason}, n
 

@@ -14,7 +14,8 @@ text under the benchmark's chat template: the distribution the head has to predi
 new problem per item, cycling through the seven MATH subjects, a list of topics each and levels 1-5 (MATH's own
 labels), and keeps the statement (clean_problem: no "Problem:" label, nothing from "Solution" on). `answers`
 answers every kept problem with the benchmark's prompt (evaluation/data.py build_prompt), greedy by default.
-Answer records carry their question, so train_draft_head.py --generated takes them as they are.
+Answer records carry their question, so train_draft_head.py --generated takes them as they are. --batch N writes
+N items at once with the target alone (training/writer.py), each record as it finishes, in whatever order.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from typing import Any, Iterator
 from project.cli_common import run_cli
 from project.one_line_parser import OneLineParser
 from project.settings import UserError
-from project.training.writer import add_step_args, check_output, first_step_rows, kept_question, write_items
+from project.training.writer import Job, add_step_args, check_output, first_step_rows, kept_question, write_items
 
 # MATH's seven subjects (Hendrycks et al. 2021) and topics within each; item i takes combination i of their
 # product with levels 1-5, in a fixed shuffled order, so any prefix of a run spreads over all subjects
@@ -123,11 +124,12 @@ def problem_items(n: int, start: int = 0) -> Iterator[tuple[str, dict[str, Any]]
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    mode = "target" if args.batch > 1 else "spec"  # an answer record's mode: --batch N runs the target alone
     from project.evaluation.data import build_prompt
 
-    def problem(tok: Any, gen: Any, item: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    def problem(tok: Any, item: dict[str, Any]) -> Job:
         seed = args.seed + item["index"]
-        res = gen(problem_prompt(tok, item["subject"], item["topic"], item["level"]), args.max_new_tokens, seed)
+        res = yield problem_prompt(tok, item["subject"], item["topic"], item["level"]), args.max_new_tokens, seed
         text = tok.decode(list(res.tokens))
         question = kept_question(clean_problem(text) if res.stop_reason == "stop" else None)
         rec = {**item, "question": question, "seed": seed}
@@ -135,10 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             rec["raw"] = text  # kept so a changed cleaning rule can be checked against it
         return {**rec, "generated_tokens": len(res.tokens), "stop_reason": res.stop_reason}, len(res.tokens)
 
-    def answer(tok: Any, gen: Any, item: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        res = gen(list(tok.encode(build_prompt(tok, item["question"]))), args.max_new_tokens, args.seed)
+    def answer(tok: Any, item: dict[str, Any]) -> Job:
+        res = yield list(tok.encode(build_prompt(tok, item["question"]))), args.max_new_tokens, args.seed
         rec = {"question": item["question"], "subject": item.get("subject"), "level": item.get("level"),
-               "mode": "spec", "text": tok.decode(list(res.tokens))}
+               "mode": mode, "text": tok.decode(list(res.tokens))}
         return {**rec, "generated_tokens": len(res.tokens), "stop_reason": res.stop_reason}, len(res.tokens)
 
     if args.step == "problems":

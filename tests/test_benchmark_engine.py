@@ -211,3 +211,58 @@ def test_result_config_names_the_gpu_paths_on_cuda_only():
     # the CUDA-graph path's draft-model defaults: 3 model tokens, 4 looked up (settings.default_gamma / _extend)
     assert {k: v for k, v in cuda.items() if k != "gpu"} == {**cpu, "backend": "cuda", "gamma": 3, "draft_extend": 4,
                                                                 "adaptive_gamma": False}
+
+
+# ----------------------------------------------------------------------------- --batch N: the target mode as a batch
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_batch_run_loop_writes_the_records_of_one_at_a_time(tmp_path, temperature):
+    """The target mode's generations as one batch of 2 (conversations' second turns joining as their first answers
+    finish) write the records a run of one at a time writes: same texts, turns and stop reasons, every (id, mode)
+    once; time_s is the sequence's own (its stats' time_total)."""
+    from minitorch.generation import SamplingConfig
+    from minitorch.generation.engine import make_engine
+    from project.evaluation.batch import batch_generator
+    from project.evaluation.engine import engine_generators
+    from project.evaluation.runner import run_benchmark
+    from test_generation_fakes import FakeModel
+
+    tok = IdTokenizer()
+    vocab = len(tok.ALPHABET)
+    engine = make_engine(FakeModel(vocab, seed=1), "none", SamplingConfig(temperature=temperature, seed=3),
+                         stop_ids=tok.stop_token_ids, vocab_size=vocab)
+    target = {"target": engine_generators(engine)["target"]}
+    problems = [Problem(f"p{i}", i, f"what is {i} + {i}?", str(2 * i)) for i in range(3)]
+    problems += [Problem(f"c{i}", 3 + i, f"say {i}", "", (f"say {i}", f"and {i} again?")) for i in range(2)]
+    one, many = tmp_path / "one.jsonl", tmp_path / "many.jsonl"
+    run_benchmark(problems, target, tok, one, {"t": temperature}, 12, progress=False)
+    out = run_benchmark(problems, target, tok, many, {"t": temperature}, 12, progress=False,
+                        batch=batch_generator(engine, 2))
+    assert not out.interrupted and len(out.new) == 5
+    want = {r["id"]: r for r in read_results(one)}
+    got = read_results(many)
+    assert sorted(r["id"] for r in got) == sorted(want)
+    for r in got:
+        w = want[r["id"]]
+        assert (r["text"], r["stop_reason"], r["generated_tokens"], r.get("turns")) == \
+            (w["text"], w["stop_reason"], w["generated_tokens"], w.get("turns")), r["id"]
+        assert r["time_s"] == r["stats"]["time_total"] > 0
+    assert [len(r["turns"]) for r in got if r["id"].startswith("c")] == [2, 2]
+
+
+def test_gsm8k_target_mode_as_a_batch_end_to_end(tmp_path, qwen2_pair, capsys):
+    """--batch 2 on the real load path: the target mode alone (the default --modes with --batch), greedy texts equal
+    to a run of one at a time, the batch in the results' settings and the summary's note on tokens/s."""
+    from project.benchmark_gsm8k import GSM8K
+    from project.evaluation.cli import main
+
+    target, _ = qwen2_pair
+    base = ["--target", str(target), "--limit", "3", "--max-new-tokens", "10", "--no-progress", "--no-plots"]
+    assert main(GSM8K, base + ["-o", str(tmp_path / "b.jsonl"), "--batch", "2"]) == 0, capsys.readouterr().err
+    assert "--batch 2: the target decoded 2 sequences at once" in capsys.readouterr().out
+    assert main(GSM8K, base + ["-o", str(tmp_path / "one.jsonl"), "--modes", "target", "--drafter", "ngram"]) == 0
+    batched, one = read_results(tmp_path / "b.jsonl"), read_results(tmp_path / "one.jsonl")
+    assert {r["mode"] for r in batched} == {"target"} and len(batched) == 3
+    assert {r["id"]: r["text"] for r in batched} == {r["id"]: r["text"] for r in one}
+    cfg = batched[0]["config"]
+    assert cfg["batch"] == 2 and cfg["drafter"] == "none" and cfg["gamma"] is None and "batch" not in one[0]["config"]

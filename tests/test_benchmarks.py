@@ -209,6 +209,10 @@ def test_resume_with_other_settings_is_refused(tmp_path, data_file, capsys):
     (["--ray", "--ray-workers", "0"], "--ray-workers must be >= 1"),  # it sat at 0% for minutes before
     (["--ray", "--ray-cpus-per-worker", "-1"], "--ray-cpus-per-worker must be >= 1"),
     (["--ray-workers", "2"], "add --ray"),
+    (["--batch", "2", "--modes", "spec,target"], "--modes target"),
+    (["--batch", "2", "--compare-hf"], "not with --compare-hf"),
+    (["--batch", "2", "--ray"], "not with --ray"),
+    (["--batch", "2"], "one sequence at a time"),  # an engine without a batch (FakeEngine's)
 ])
 def test_bad_flags_exit_2_with_one_line(tmp_path, data_file, capsys, argv, message):
     rc = run(["--data-file", str(data_file), "-o", str(tmp_path / "r.jsonl")] + argv, FakeEngine())
@@ -222,6 +226,9 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, data_file, capsys, argv, messa
     (["--head", "somewhere", "--drafter", "model"], "--head"),
     (["--top-p", "0"], "top_p"),
     (["--dtype", "bfloat16"], "--backend cuda"),
+    (["--batch", "0"], "--batch must be >= 1"),
+    (["--batch", "4", "--drafter", "head"], "--batch 4 decodes the target alone"),
+    (["--batch", "4", "--draft-vocab", "100"], "--draft-vocab is for speculative decoding"),
 ])
 def test_engine_flags_are_checked_before_anything_loads(tmp_path, data_file, capsys, monkeypatch, argv, message):
     """The real engine path (no factory): settings.resolve_settings refuses a bad value before the problems or

@@ -153,3 +153,50 @@ def test_bad_flags_are_one_line(tiny, tmp_path, capsys):
         wc.run_cli(lambda: wc.main(["answers", str(tmp_path / "none.jsonl"), "-o", str(tmp_path / "o.jsonl"),
                                     "--turns", "3"]))
     assert e.value.code == 2 and "--turns takes 1 or 2" in capsys.readouterr().err
+
+
+def test_two_turns_in_a_batch_follow_ups_join_as_answers_finish(tmp_path, monkeypatch):
+    """--turns 2 --batch 2: each conversation's follow-up request and second answer enter the batch as the answer
+    before them finishes; the records are those of one conversation at a time, in finishing order. The batch here is a
+    2-slot stand-in that ends the last admitted sequence first (out of order, as a real batch may)."""
+    from types import SimpleNamespace
+
+    from project.evaluation import engine as engine_mod
+
+    tok = ScriptedTemplate()
+    answers = {"Write about a cat.": "A cat sat on a mat.", "And now about a dog?": "A dog dug.",
+               "Write about a fish.": "A fish swam.", "And what about a bird?": "A bird flew."}
+
+    def reply(prompt: str) -> str:
+        if prompt.endswith("<|im_start|>user\n"):  # the user's follow-up, from the template's prefix
+            return "And now about a dog?" if "cat" in prompt else "And what about a bird?"
+        last_user = prompt.rsplit("<|im_start|>user\n", 1)[1].split("<|im_end|>")[0]
+        return answers[last_user]
+
+    def batch(requests):
+        flight, pending = [], iter(requests)
+        while True:
+            while len(flight) < 2:
+                r = next(pending, "end")
+                if r is None or r == "end":
+                    break
+                flight.append(r)
+            if not flight:
+                return
+            key, (ids, n, seed) = flight.pop()
+            yield key, SimpleNamespace(tokens=tok.encode(reply(tok.decode(ids))) + [0], stop_reason="stop")
+
+    monkeypatch.setattr(engine_mod, "load_engine",
+                        lambda args, modes: SimpleNamespace(tokenizer=tok, modes={}, batch=batch))
+    src = tmp_path / "req.jsonl"
+    src.write_text("".join(json.dumps({"id": f"chat-{i}", "question": q, "category": "writing"}) + "\n"
+                           for i, q in enumerate(["Write about a cat.", "Write about a fish."])))
+    out = tmp_path / "ans.jsonl"
+    assert wc.main(["answers", str(src), "-o", str(out), "--turns", "2", "--batch", "2", "--no-progress"]) == 0
+    recs = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert recs["chat-0"]["messages"][1:] == [{"role": "assistant", "content": "A cat sat on a mat."},
+                                              {"role": "user", "content": "And now about a dog?"}]
+    assert recs["chat-1"]["messages"][1:] == [{"role": "assistant", "content": "A fish swam."},
+                                              {"role": "user", "content": "And what about a bird?"}]
+    assert recs["chat-0"]["text"] == "A dog dug." and recs["chat-1"]["text"] == "A bird flew."
+    assert [r["turns"] for r in recs.values()] == [2, 2]

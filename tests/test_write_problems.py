@@ -93,3 +93,94 @@ def test_an_existing_output_without_resume_is_one_line_exit_2(tiny, tmp_path, ca
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--resume" in err[0], err
+
+
+# ----------------------------------------------------------------------------- --batch N (the target alone, issue 42)
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def _alone(tiny: Path, prompt: list[int], n: int, cfg) -> list[int]:
+    """What the target alone writes for one prompt (generate, as the engine calls it)."""
+    from minitorch.generation import generate
+    from minitorch.models import load_model
+
+    model, tok = load_model(tiny / "t", progress=False)
+    vocab = min(int(model.config.vocab_size), int(tok.vocab_size))
+    return list(generate(model, prompt, n, cfg, sorted(tok.stop_token_ids), vocab_size=vocab).tokens)
+
+
+def test_batch_writes_what_the_target_alone_writes_and_resumes_after_an_interruption(tiny, tmp_path, monkeypatch):
+    """problems --batch 2 (sampled, each item its own seed): every item once, each text the target alone's for that
+    item's prompt and seed. Interrupted after 2 finished items, the file keeps those 2; --resume writes exactly the
+    others (by id: the lines are in finishing order), and the texts equal the uninterrupted run's."""
+    from minitorch.generation import SamplingConfig
+    from minitorch.models import load_model
+    from project.training import writer
+
+    def run(out: Path, *extra: str) -> None:
+        assert wp.main(["problems", "--n", "5", "-o", str(out), "--max-new-tokens", "8", "--batch", "2",
+                        "--target", str(tiny / "t"), "--no-progress", *extra]) == 0
+
+    full = tmp_path / "full.jsonl"
+    run(full)
+    rows = _rows(full)
+    assert sorted(r["id"] for r in rows) == [f"self-{i}" for i in range(5)]
+    _, tok = load_model(tiny / "t", progress=False)
+    for r in rows:  # each text is the target alone's for the item's own prompt and seed
+        prompt = wp.problem_prompt(tok, r["subject"], r["topic"], r["level"])
+        want = _alone(tiny, prompt, 8, SamplingConfig(temperature=0.8, top_p=0.95, seed=r["index"]))
+        assert r["raw"] == tok.decode(want) and r["generated_tokens"] == len(want)
+
+    real = writer.run_jobs
+
+    def interrupted(jobs, batch):
+        for k, done in enumerate(real(jobs, batch)):
+            if k == 2:
+                raise KeyboardInterrupt
+            yield done
+
+    part = tmp_path / "part.jsonl"
+    monkeypatch.setattr(writer, "run_jobs", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(part)
+    assert len(_rows(part)) == 2
+    monkeypatch.setattr(writer, "run_jobs", real)
+    run(part, "--resume")
+    resumed = _rows(part)
+    assert sorted(r["id"] for r in resumed) == [f"self-{i}" for i in range(5)]  # every item exactly once
+    by_id = {r["id"]: r for r in rows}
+    assert all(r["raw"] == by_id[r["id"]]["raw"] and r["seed"] == by_id[r["id"]]["seed"] for r in resumed)
+
+
+def test_answers_in_a_batch_are_the_target_alones_greedy_text(tiny, tmp_path):
+    problems = tmp_path / "p.jsonl"
+    questions = ["What is $1+2$?", "Find $x$ if $2x = 6$.", "How many primes are below 10?"]
+    problems.write_text("".join(json.dumps({"id": f"self-{i}", "question": q, "subject": "Algebra", "level": 1})
+                                + "\n" for i, q in enumerate(questions)))
+    answers = tmp_path / "a.jsonl"
+    assert wp.main(["answers", str(problems), "-o", str(answers), "--max-new-tokens", "6", "--batch", "2",
+                    "--target", str(tiny / "t"), "--no-progress"]) == 0
+    from minitorch.generation import SamplingConfig
+    from minitorch.models import load_model
+
+    _, tok = load_model(tiny / "t", progress=False)
+    recs = {r["question"]: r for r in _rows(answers)}
+    assert set(recs) == set(questions)
+    for q in questions:
+        want = _alone(tiny, tok.encode(build_prompt(tok, q)), 6, SamplingConfig())
+        assert recs[q]["text"] == tok.decode(want)
+
+
+@pytest.mark.parametrize("flags, named", [(["--drafter", "ngram"], "--drafter ngram"), (["--gamma", "3"], "--gamma"),
+                                          (["--batch", "0"], None)])
+def test_batch_with_speculative_flags_is_one_line_exit_2(tiny, tmp_path, capsys, flags, named):
+    argv = ["problems", "--n", "1", "-o", str(tmp_path / "p.jsonl"), "--target", str(tiny / "t")]
+    argv += flags if "--batch" in flags else ["--batch", "2", *flags]
+    with pytest.raises(SystemExit) as e:
+        wp.run_cli(lambda: wp.main(argv))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert (named in err[0] and "target alone" in err[0]) if named else "--batch must be >= 1" in err[0]
+    assert not (tmp_path / "p.jsonl").exists()

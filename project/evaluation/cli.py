@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from project.one_line_parser import OneLineParser
+from project.settings import add_batch_args
 
 from .data import (REASONING_INSTRUCTION, BenchmarkError, data_stem, load_problems, parse_shard, select_categories,
                    select_problems)
@@ -67,7 +68,8 @@ def build_parser(bench: BenchSpec) -> argparse.ArgumentParser:
         d.add_argument("--per-category", type=int, default=None, metavar="N",
                        help="the first N questions of each category (default all), before --offset/--limit")
     r = p.add_argument_group("run")
-    r.add_argument("--modes", default="spec,target", help="comma list of spec,target (default both, per problem)")
+    r.add_argument("--modes", default=None, help="comma list of spec,target (default both, per problem; with --batch "
+                   "N > 1 target, the one mode a batch runs)")
     r.add_argument("--system-prompt", action="store_true",
                    help="put the reasoning instruction in a system turn (LIMO eval style) instead of after the question")
     r.add_argument("--output", "-o", default=None,
@@ -77,16 +79,24 @@ def build_parser(bench: BenchSpec) -> argparse.ArgumentParser:
                    help="also run transformers greedy and assisted generation on the same prompts (needs torch)")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_batch_args(r)
     add_engine_args(p, bench.default_max_new_tokens)
     add_ray_args(p)
     return p
 
 
-def parse_modes(text: str) -> list[str]:
+def parse_modes(text: str | None, batch: int = 1) -> list[str]:
+    """--modes as a list in MODE_ORDER (default spec,target; target with --batch N > 1, the only mode a batch runs)."""
+    if text is None:
+        text = "target" if batch > 1 else "spec,target"
     modes = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in modes if m not in ("spec", "target")]
     if not modes or bad:
         raise BenchmarkError(f"--modes takes a comma list of spec,target; got {text!r}")
+    if batch > 1 and modes != ["target"]:
+        raise BenchmarkError(f"--batch {batch} decodes the target alone: run it with --modes target (speculative "
+                             "decoding runs one sequence at a time, and a speedup over a batch's per-sequence tokens/s "
+                             "would mean nothing)")
     return sorted(set(modes), key=MODE_ORDER.index)
 
 
@@ -123,7 +133,10 @@ def run_main(bench: BenchSpec, argv: Sequence[str], engine_factory: EngineFactor
 
     check_ray_args(args)
     resolve_settings(args)  # every engine flag checked before any problem or model loads (load_engine resolves again)
-    modes = parse_modes(args.modes)
+    modes = parse_modes(args.modes, args.batch)
+    if args.batch > 1 and (args.compare_hf or args.ray is not None):
+        raise BenchmarkError(f"--batch {args.batch} runs the target's batch in this process: not with "
+                             f"{'--compare-hf' if args.compare_hf else '--ray'}")
     shard = parse_shard(args.shard)
     problems = load_problems(None if args.data_file else args.dataset, args.data_file, args.data_dir, args.hub)
     if bench.categories:
@@ -146,6 +159,8 @@ def run_main(bench: BenchSpec, argv: Sequence[str], engine_factory: EngineFactor
             signal.signal(signal.SIGTERM, old_handler)
         return _finish(outcome, output, args)
     engine = (engine_factory or load_engine)(args, all_modes)
+    if args.batch > 1 and engine.batch is None:
+        raise BenchmarkError(f"--batch {args.batch}: this engine generates one sequence at a time")
     config = {**base, **engine.config}
     gens = {m: engine.modes[m] for m in all_modes}
     old_handler = signal.signal(signal.SIGTERM, _sigterm)
@@ -153,7 +168,7 @@ def run_main(bench: BenchSpec, argv: Sequence[str], engine_factory: EngineFactor
         outcome = run_benchmark(problems, gens, engine.tokenizer, output, config, args.max_new_tokens,
                                 resume=args.resume, seed=engine.config.get("seed", 0),
                                 system_prompt=_system_prompt(args), shard=args.shard,
-                                progress=not args.no_progress)
+                                progress=not args.no_progress, batch=engine.batch if args.batch > 1 else None)
     finally:
         signal.signal(signal.SIGTERM, old_handler)
     return _finish(outcome, output, args)

@@ -4,16 +4,18 @@ Flags and settings are settings.py's, loading cli_common's, generation minitorch
 modes)` loads the models and returns one generator per mode: "spec" (the engine), "target" (the target alone,
 same sampling and vocabulary), and with --compare-hf the transformers baselines "hf_greedy" / "hf_assisted"
 (hf.py). Each generator takes (prompt_ids, max_new_tokens, seed), so a problem samples the same way whichever
-shard runs it.
+shard runs it. With --batch N > 1 the engine is the target alone and `Engine.batch` runs many generations at once
+(batch.py's BatchFn over minitorch's Engine.generate_batch).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from .data import Tokenizer
+from .batch import BatchFn, batch_generator
 from .runner import GenerateFn, RoundLog, round_log_stats
 
 
@@ -25,6 +27,7 @@ class Engine:
     modes: dict[str, GenerateFn]
     config: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
+    batch: Optional[BatchFn] = None  # --batch N > 1: the target alone, N generations at once (batch.py)
 
 
 def add_engine_args(p: argparse.ArgumentParser, default_max_new_tokens: int) -> None:
@@ -78,4 +81,5 @@ def load_engine(args: argparse.Namespace, modes: Sequence[str]) -> Engine:
 
         gens.update(hf_generators(s.target, s.draft if s.drafter == "model" else None, s.sampling,
                                   sorted(models.stop_ids), gamma=s.gamma))
-    return Engine(tokenizer=models.tokenizer, modes=gens, config=s.record())
+    return Engine(tokenizer=models.tokenizer, modes=gens, config=s.record(),
+                  batch=batch_generator(engine, s.batch) if s.batch > 1 else None)

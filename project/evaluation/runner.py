@@ -10,7 +10,9 @@ The generation itself is injected: `modes` maps a mode name ("spec", "target", "
 `.tokens` (new tokens), `.stop_reason` ("stop" | "length") and `.stats` (dict), as
 `minitorch.generation.GenerationResult` does. Tests pass fake generators; the programs pass the engine.
 `run_problem` (one problem's modes -> its records) is what a Ray worker runs (distributed.py, --ray); the
-plain loop makes the same records one generation at a time.
+plain loop makes the same records one generation at a time. With --batch N (the target mode alone) they are
+generated N at once (`batch_records`, batch.py's jobs over minitorch's Engine.generate_batch) and each record is
+written as its generation finishes, out of order; resume goes by (id, mode) either way.
 Problems and prompts: data.py; summary: summary.py; plots: plots.py;
 the command line: cli.py; transformers baselines: hf.py; grading: grading.py.
 """
@@ -21,8 +23,9 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from .batch import BatchFn, Job, run_job, run_jobs
 from .data import BenchmarkError, Problem, Tokenizer, build_prompt, conversation_prompt
 from .grading import grade
 
@@ -339,13 +342,18 @@ def generate_conversation(problem: Problem, generate: GenerateFn, tokenizer: Tok
                           seed: int) -> ConversationResult:
     """Each user turn answered in order, the next turn's prompt holding the earlier turns and this mode's own
     answers to them (Spec-Bench's multi-turn setting); max_new_tokens a turn."""
+    return run_job(conversation_job(problem, tokenizer, max_new_tokens, seed), generate)
+
+
+def conversation_job(problem: Problem, tokenizer: Tokenizer, max_new_tokens: int, seed: int) -> Job:
+    """generate_conversation as a job (batch.py): one request a turn, each built from the answers before it."""
     answers: list[str] = []
     turns: list[dict[str, Any]] = []
     results = []
     for i in range(len(problem.turns)):
         prompt = conversation_prompt(tokenizer, problem.turns, answers)
         ids = list(tokenizer.encode(prompt))
-        res = generate(ids, max_new_tokens, seed)
+        res = yield (ids, max_new_tokens, seed)
         text = tokenizer.decode(list(res.tokens))
         answers.append(text)
         results.append(res)
@@ -362,16 +370,51 @@ def run_generation(problem: Problem, mode: str, generate: GenerateFn, tokenizer:
     """One (problem, mode) generation, timed, decoded and graded into its record; problem `index` offsets `seed`."""
     t0 = time.perf_counter()
     try:
-        if len(problem.turns) > 1:
-            result = generate_conversation(problem, generate, tokenizer, max_new_tokens, seed + problem.index)
-        else:
-            result = generate(list(prompt_ids), max_new_tokens, seed + problem.index)
+        result = run_job(generation_job(problem, tokenizer, prompt_ids, max_new_tokens, seed), generate)
     except ValueError as e:  # e.g. prompt + max_new_tokens longer than the model's context
         raise BenchmarkError(f"problem {problem.id} ({mode}): {e}") from None
-    seconds = time.perf_counter() - t0
+    return result_record(problem, mode, tokenizer, prompt, prompt_ids, result, time.perf_counter() - t0, config, shard)
+
+
+def generation_job(problem: Problem, tokenizer: Tokenizer, prompt_ids: Sequence[int], max_new_tokens: int,
+                   seed: int) -> Job:
+    """A (problem, mode)'s generations as a job (batch.py): its prompt, or each turn of a conversation; problem
+    `index` offsets `seed`. Returns the result (a ConversationResult for a conversation)."""
+    if len(problem.turns) > 1:
+        return (yield from conversation_job(problem, tokenizer, max_new_tokens, seed + problem.index))
+    return (yield (list(prompt_ids), max_new_tokens, seed + problem.index))
+
+
+def result_record(problem: Problem, mode: str, tokenizer: Tokenizer, prompt: str, prompt_ids: Sequence[int],
+                  result: Any, seconds: float, config: Mapping[str, Any], shard: str) -> dict[str, Any]:
+    """The record of a finished generation: its text decoded (a conversation's turns joined), graded."""
     text = ("\n\n".join(t["text"] for t in result.turns) if isinstance(result, ConversationResult)
             else tokenizer.decode(list(result.tokens)))
     return make_record(problem, mode, prompt, prompt_ids, result, text, seconds, config, shard)
+
+
+def batch_records(todo: Sequence[tuple[Problem, str]], batch: BatchFn, tokenizer: Tokenizer,
+                  config: Mapping[str, Any], max_new_tokens: int, seed: int, system_prompt: str | None,
+                  shard: str) -> Iterator[dict[str, Any]]:
+    """The records of the (problem, mode) pairs generated together (--batch N), each as it finishes (out of order).
+    A record's time_s is its own generations' wall seconds from admission to end (summed over a conversation's
+    turns): the batch's other sequences were decoded in the same steps, so its tokens/s is not a batch-1 figure."""
+    prompts: dict[str, tuple[str, list[int]]] = {}
+    problems = {(p.id, m): p for p, m in todo}
+
+    def jobs() -> Iterator[tuple[Any, Job]]:
+        for problem, mode in todo:
+            if problem.id not in prompts:
+                prompts[problem.id] = problem_prompt(tokenizer, problem, system_prompt)
+            yield (problem.id, mode), generation_job(problem, tokenizer, prompts[problem.id][1], max_new_tokens, seed)
+
+    try:
+        for (pid, mode), result in run_jobs(jobs(), batch):
+            prompt, ids = prompts[pid]
+            seconds = float((getattr(result, "stats", None) or {}).get("time_total", 0.0))
+            yield result_record(problems[(pid, mode)], mode, tokenizer, prompt, ids, result, seconds, config, shard)
+    except ValueError as e:  # a request the batch cannot hold (it names the problem and mode)
+        raise BenchmarkError(f"--batch: {e}") from None
 
 
 def run_problem(problem: Problem, modes: Mapping[str, GenerateFn], order: Sequence[str], tokenizer: Tokenizer,
@@ -431,12 +474,13 @@ class Progress:
 def run_benchmark(problems: Sequence[Problem], modes: Mapping[str, GenerateFn], tokenizer: Tokenizer,
                   output: str | Path, config: Mapping[str, Any], max_new_tokens: int, *,
                   resume: bool = False, seed: int = 0, system_prompt: str | None = None,
-                  shard: str = "0/1", progress: bool = True) -> RunOutcome:
+                  shard: str = "0/1", progress: bool = True, batch: BatchFn | None = None) -> RunOutcome:
     """Run every (problem, mode) not yet in `output`, appending one record as each finishes.
 
     `config` describes the settings (it is stored on every line and checked on resume). Problem
     `index` offsets `seed`, so a sharded run samples exactly what one run would. A KeyboardInterrupt
-    stops the loop after the finished generations were written; the outcome says it was interrupted.
+    stops the loop after the finished generations were written; the outcome says it was interrupted. batch
+    (--batch N): the generations run together through it (batch_records), records written as each finishes.
     """
     if max_new_tokens < 1:
         raise BenchmarkError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
@@ -447,14 +491,18 @@ def run_benchmark(problems: Sequence[Problem], modes: Mapping[str, GenerateFn], 
     outcome = RunOutcome(new=[], previous=previous)
     bar = Progress(progress, problems, order, todo, previous, str(config.get("dataset", "bench")))
     prompts: dict[str, tuple[str, list[int]]] = {}
+
+    def prompt_of(problem: Problem) -> tuple[str, list[int]]:
+        if problem.id not in prompts:
+            prompts[problem.id] = problem_prompt(tokenizer, problem, system_prompt)
+        return prompts[problem.id]
+
     try:
         with ResultsWriter(output) as writer:
-            for problem, mode in todo:
-                if problem.id not in prompts:
-                    prompts[problem.id] = problem_prompt(tokenizer, problem, system_prompt)
-                prompt, prompt_ids = prompts[problem.id]
-                rec = run_generation(problem, mode, modes[mode], tokenizer, prompt, prompt_ids, config,
-                                     max_new_tokens, seed, shard)
+            for rec in (batch_records(todo, batch, tokenizer, config, max_new_tokens, seed, system_prompt, shard)
+                        if batch is not None else
+                        (run_generation(problem, mode, modes[mode], tokenizer, *prompt_of(problem), config,
+                                        max_new_tokens, seed, shard) for problem, mode in todo)):
                 writer.write(rec)
                 outcome.new.append(rec)
                 bar.add(rec)

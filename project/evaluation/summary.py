@@ -1,7 +1,9 @@
 """Benchmark summary: accuracy, throughput, speedup with a bootstrap interval, acceptance; table, JSON, plots.
 
 Definitions used here:
-- tokens/s of one generation = generated tokens / wall seconds of the generation call (prefill included).
+- tokens/s of one generation = generated tokens / wall seconds of the generation call (prefill included). With
+  --batch N (config "batch") the seconds are the sequence's own from its admission to its end, every step shared
+  with up to N - 1 other sequences: a per-sequence rate, not comparable to a run of one sequence at a time.
 - speedup of mode A over mode B = aggregate throughput ratio over the problems both ran,
   (sum tokens_A / sum seconds_A) / (sum tokens_B / sum seconds_B); its 95% interval is a percentile
   bootstrap over problems (pairs resampled together). The per-problem ratio is plotted too.
@@ -227,6 +229,11 @@ def format_table(summary: Mapping[str, Any]) -> str:
         lines.append(f"{mode:<12}{m['n']:>5}{_fmt(m['accuracy'], '.3f'):>7}{m['truncated']:>6}"
                      f"{m['mean_tokens_per_s']:>11.2f}{m['median_tokens_per_s']:>10.2f}"
                      f"{m['mean_latency_s']:>11.4g}{_fmt(m.get('alpha')):>7}{_fmt(m.get('tau')):>6}")
+    batch = (summary.get("config") or {}).get("batch", 1)
+    if batch > 1:
+        lines.append(f"--batch {batch}: the target decoded {batch} sequences at once; a problem's tok/s and latency "
+                     "are its own sequence's, sharing every step with the others: not comparable to a run of one at a "
+                     f"time (while the batch is full it writes about {batch}x that many tokens/s in all)")
     for c in summary["comparisons"]:
         lo, hi = c["ci95"]
         lines.append(f"speedup {c['fast']} / {c['base']}: {c['speedup']:.2f}x (95% CI {lo:.2f}-{hi:.2f}, "
