@@ -380,3 +380,15 @@ def test_the_cuda_graph_engine_asks_the_target_for_its_batch_decoder(model, prom
     got = [r.result.tokens for r in engine.generate_batch([BatchRequest(prompts[1], 5)], batch=4)]
     assert calls == [(4, BATCH_MAX_LEN, V - 3)]
     assert got == [generate(model, prompts[1], 5, SamplingConfig(), vocab_size=V - 3).tokens]
+
+
+def test_warm_up_runs_a_full_batch_on_the_backend_the_run_keeps(model):
+    engine = make_engine(model, "none", vocab_size=V)
+    assert engine.warm_up([5, 6, 7], batch=3) >= 0
+    backend = engine._batch[1]
+    assert (backend.slots, backend.max_len) == (3, batch_max_len(model)) and backend.pending == [None] * 3
+    list(engine.generate_batch([BatchRequest([5, 6], 2)], batch=3))
+    assert engine._batch[1] is backend
+    plain = make_engine(model, "none", vocab_size=V)
+    plain.warm_up([5])
+    assert plain._batch is None  # batch 1: no batch backend made

@@ -203,12 +203,14 @@ class Engine:
         return Engine(model if model is not None else self.target, DrafterSpec(), self.sampling, self.stop_ids,
                       self.vocab_size)
 
-    def warm_up(self, prompt_ids: Optional[Sequence[int]] = None) -> float:
+    def warm_up(self, prompt_ids: Optional[Sequence[int]] = None, batch: int = 1) -> float:
         """Run each generation path once, briefly, before anything is timed: the target alone and (with a draft
         model) the draft alone for 3 tokens, and a speculative generation of a few rounds, on a
         WARM_PROMPT_TOKENS-token prompt (prompt_ids repeated or cut; at most what the contexts leave). First-run
         costs (numba compiling each kernel variant, weights paged in, CUDA graphs captured, including those of a
         run's last, shorter rounds) then fall on the warm-up, not on whichever timed generation runs first.
+        batch > 1 (the target alone): also `batch` such 3-token sequences through generate_batch(batch), a full
+        admission and the batch's steps, on the backend the run's own generate_batch (default max_len) then reuses.
         Returns its seconds."""
         t0 = time.perf_counter()
         spec = self.spec
@@ -228,6 +230,9 @@ class Engine:
 
                 capture_speculative_graphs(self.target, self.drafter, ids, total, self.sampling,
                                            vocab_size=self.vocab_size)
+        if batch > 1:
+            for _ in self.generate_batch([BatchRequest(ids, 3)] * batch, batch):
+                pass
         return time.perf_counter() - t0
 
 

@@ -73,7 +73,7 @@ def load_engine(args: argparse.Namespace, modes: Sequence[str]) -> Engine:
     models = load_models(settings, progress=not getattr(args, "no_progress", False))
     s = models.settings
     engine = models.engine()
-    warm = engine.warm_up()  # the first problem's timings stay warm
+    warm = engine.warm_up(batch=s.batch)  # the first problem's timings stay warm
     print(f"[warm-up {warm:.1f} s, not part of any problem's timing]", file=sys.stderr)
     gens = engine_generators(engine)
     if any(m.startswith("hf_") for m in modes):
