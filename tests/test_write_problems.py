@@ -170,7 +170,7 @@ def test_answers_in_a_batch_are_the_target_alones_greedy_text(tiny, tmp_path):
     assert set(recs) == set(questions)
     for q in questions:
         want = _alone(tiny, tok.encode(build_prompt(tok, q)), 6, SamplingConfig())
-        assert recs[q]["text"] == tok.decode(want)
+        assert recs[q]["text"] == tok.decode(want) and recs[q]["mode"] == "target"
 
 
 @pytest.mark.parametrize("flags, named", [(["--drafter", "ngram"], "--drafter ngram"), (["--gamma", "3"], "--gamma"),
