@@ -328,11 +328,12 @@ __device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* w
 // rows (the decoder's caches), in a fraction of the code: compile-time sizes, no scalar fallback, no index
 // divisions in the loops, the key loop of P.V rolled. The arithmetic is attn_partial_body's, operation for
 // operation (the same tile_dot, softmax and P.V order), so it writes the same bits (tests/test_cuda_attention.py).
-template <int DH>
+template <int DH, bool ROWS = false>
 __device__ bool attn_partial_fast(const bf16_t* q, const bf16_t* kc, const bf16_t* vc, float* ws_m, float* ws_l,
                                   float* ws_acc, const int* pos_ptr, int q_off, i64 qsb, i64 qsh, i64 qst, i64 ksb,
                                   i64 ksh, i64 ksl, i64 vsb, i64 vsh, i64 vsl, int Hq, int Hkv, int Tq, int L,
-                                  int KB, float scale, int split, int nsplit, bool& waited) {
+                                  int KB, float scale, int split, int nsplit, bool& waited,
+                                  const int* tslot = nullptr, bool preload = true) {
   constexpr int CPR = DH * 2 / 16;                 // 16-byte pieces per K/V row
   constexpr int PER = ATT_CH * CPR / ATT_THREADS;  // pieces per thread per tile
   constexpr int ROWB = DH * 2 + 16;                // tile row stride (bytes): 16-byte aligned, bank-skewed
@@ -352,15 +353,17 @@ __device__ bool attn_partial_fast(const bf16_t* q, const bf16_t* kc, const bf16_
     s_qoff[tid] = b * qsb + h * qsh + t * qst;
     s_row[tid] = ((i64)b * Hq + h) * Tq + t;
   }
-  const int q_start = (pos_ptr ? *pos_ptr : 0) + q_off;
+  // ROWS (attn_rows_partial_*): b is a token of the step, at position pos_ptr[b], of sequence tslot[b]
+  const int q_start = (pos_ptr ? pos_ptr[ROWS ? b : 0] : 0) + q_off;
   // one past the last key any row of this block sees: its latest token's (t = (r0 + r) % Tq, largest at
   // the end of the rows or at Tq - 1 when they wrap)
   const int t0 = r0 % Tq, tmax = (nrows >= Tq || t0 + nrows > Tq) ? Tq - 1 : t0 + nrows - 1;
   const int kmax = min(q_start + tmax, L - 1) + 1;
   const int kstart = split * KB, kend = min(kstart + KB, kmax);
   if (kstart >= kmax) return false;  // uniform over the block: before any barrier
-  const unsigned char* kb = reinterpret_cast<const unsigned char*>(kc + b * ksb + kvh * ksh);
-  const unsigned char* vb = reinterpret_cast<const unsigned char*>(vc + b * vsb + kvh * vsh);
+  const i64 sb = ROWS ? (i64)tslot[b] : (i64)b;
+  const unsigned char* kb = reinterpret_cast<const unsigned char*>(kc + sb * ksb + kvh * ksh);
+  const unsigned char* vb = reinterpret_cast<const unsigned char*>(vc + sb * vsb + kvh * vsh);
   const i64 kslb = ksl * 2, vslb = vsl * 2;
   // the chunk starting at key c0 -> registers (piece e = tid + u * ATT_THREADS: key e / CPR, piece e % CPR;
   // zeros past kend): issued a chunk ahead, so its round trip overlaps the work on the one before
@@ -384,7 +387,8 @@ __device__ bool attn_partial_fast(const bf16_t* q, const bf16_t* kc, const bf16_
   __syncthreads();  // s_qoff
   // The keys before q_start were cached by earlier steps: on the first split they are loaded before
   // pdl_wait, while the QKV GEMV that writes this step's keys, values and queries finishes.
-  const int pre = waited ? kstart : min(kend, q_start);
+  // (ROWS without preload: a prefill step, whose tokens see keys this step's QKV GEMV writes: none early)
+  const int pre = waited || (ROWS && !preload) ? kstart : min(kend, q_start);
   load_chunk(kstart, kstart, pre);
   if (!waited) {
     pdl_wait();
@@ -459,7 +463,7 @@ __device__ bool attn_partial_fast(const bf16_t* q, const bf16_t* kc, const bf16_
   return true;
 }
 
-template <typename T>
+template <typename T, bool ROWS = false>
 __device__ void attn_combine_body(const float* ws_m, const float* ws_l, const float* ws_acc, T* out, i64 osb,
                                   i64 osh, i64 ost, int Hq, int Tq, int D, int nsplit, const int* pos_ptr,
                                   int q_off, int L, int KB) {
@@ -475,7 +479,7 @@ __device__ void attn_combine_body(const float* ws_m, const float* ws_l, const fl
   const int d = threadIdx.x;
   // only the splits holding a key this row sees: the rest are empty (m = -inf, l = 0, acc = 0), and
   // merging an empty split leaves (M, den, num) bit for bit unchanged, so skipping them changes no bit
-  const int q_start = (pos_ptr ? *pos_ptr : 0) + q_off;
+  const int q_start = (pos_ptr ? pos_ptr[ROWS ? b : 0] : 0) + q_off;  // ROWS: b's own position
   const int nvis = min(nsplit, min(q_start + t, L - 1) / KB + 1);
   const float o = merge_all_splits([&](int s, float& ms, float& ls, float& as) {
     ms = m[s];
@@ -527,4 +531,32 @@ ATT_INST(bf16, bf16_t)
   }
 ATT_FAST_INST(64)
 ATT_FAST_INST(128)
+// The batched step's attention (minitorch/cuda/batch.py): each of the step's T tokens is its own "batch" entry b
+// (Tq = 1) of sequence tslot[b] at position pos[b], seeing keys 0 .. pos[b] of that sequence's caches (kc + tslot[b]
+// * ksb). The same body, splits and merge as attn_partial_bf16_d* / attn_combine_bf16, so a token gets the bits a
+// one-token decode step gives it at that position. preload = 1 (decode steps: every key before a token's position
+// was written by an earlier step) lets the first split's earlier keys load before pdl_wait; a prefill step passes 0
+// (its tokens see keys the same step writes). Grid (slots, T * Hkv, ceil(G / 8)); combine grid (T * Hq).
+#define ATT_ROWS_INST(DH)                                                                                 \
+  __global__ void __launch_bounds__(ATT_THREADS) attn_rows_partial_bf16_d##DH(                            \
+      const bf16_t* q, const bf16_t* kc, const bf16_t* vc, float* ws_m, float* ws_l, float* ws_acc,       \
+      const int* pos, const int* tslot, int preload, i64 qsb, i64 qsh, i64 ksb, i64 ksh, i64 ksl, int Hq,  \
+      int Hkv, int L, int KB, float scale, int nsplit) {                                                   \
+    bool waited = false;                                                                                  \
+    for (int split = blockIdx.x; split < nsplit; split += gridDim.x) {                                   \
+      if (!attn_partial_fast<DH, true>(q, kc, vc, ws_m, ws_l, ws_acc, pos, 0, qsb, qsh, 0, ksb, ksh, ksl, \
+                                       ksb, ksh, ksl, Hq, Hkv, 1, L, KB, scale, split, nsplit, waited,     \
+                                       tslot, preload != 0))                                              \
+        break;                                                                                            \
+      __syncthreads();                                                                                    \
+    }                                                                                                     \
+  }
+ATT_ROWS_INST(64)
+ATT_ROWS_INST(128)
+__global__ void attn_rows_combine_bf16(const float* ws_m, const float* ws_l, const float* ws_acc, bf16_t* out,
+                                       int Hq, int D, int nsplit, const int* pos, int L, int KB) {
+  pdl_trigger();
+  pdl_wait();
+  attn_combine_body<bf16_t, true>(ws_m, ws_l, ws_acc, out, (i64)Hq * D, D, 0, Hq, 1, D, nsplit, pos, 0, L, KB);
+}
 }

@@ -230,9 +230,11 @@ enum { OUT_PLAIN = 0, OUT_GUSILU = 1, OUT_RESNORM = 2, OUT_QKVROPE = 3 };
 // What the QKV rope epilogue needs (zero for the other kernels).
 struct RopeArgs {
   const bf16_t* bias;  // permuted like W's rows, or null
-  const int* pos;      // device int32: position of token 0
+  const int* pos;      // device int32: position of token 0 (tslot null), or of each token (tslot set)
   float theta;
   QkvOut<bf16_t> out;  // q (T, Hq, D), K / V caches (Hkv, max_len, D)
+  const int* tslot = nullptr;  // the batched kernels (gemvtcb*): token t's sequence, whose caches start at
+  i64 slot_stride = 0;         // kc / vc + tslot[t] * slot_stride (per-slot caches (S, Hkv, max_len, D))
 };
 
 // One weight chunk (8 weights) of each of the block's rows at chunk index k8 (zeros past the row's end).
@@ -271,9 +273,17 @@ __device__ __forceinline__ void gemv_epilogue(float (*red)[ROWS * TMAX], int n0,
           x1 = __fadd_rn(x1, eb1);
           x2 = __fadd_rn(x2, eb2);
         }
-        if (!EE) epos = *ra.pos;
         const int D = ra.out.D, h = n / D, i = (n - h * D) >> 1;
-        qkv_store_pair<bf16_t>(ra.out, h, t, epos + t, i, x1, x2, ra.theta, RopeExact());
+        if (ra.tslot) {  // batched: token t belongs to sequence tslot[t] and sits at position pos[t]
+          QkvOut<bf16_t> o = ra.out;
+          const i64 off = (i64)ra.tslot[t] * ra.slot_stride;
+          o.kc += off;
+          o.vc += off;
+          qkv_store_pair<bf16_t>(o, h, t, ra.pos[t], i, x1, x2, ra.theta, RopeExact());
+        } else {
+          if (!EE) epos = *ra.pos;
+          qkv_store_pair<bf16_t>(ra.out, h, t, epos + t, i, x1, x2, ra.theta, RopeExact());
+        }
       }
     }
     return;
@@ -533,14 +543,14 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], unsigned int a0, u
 #endif
 }
 
-template <int TT, int NT, int U, int OUT>
+template <int TT, int NT, int U, int OUT, bool BATCH = false>
 __device__ void gemv_tc_body(const bf16_t* __restrict__ W, const bf16_t* __restrict__ x, const bf16_t* __restrict__ nw,
                              float eps, bf16_t* __restrict__ yb, float* __restrict__ yf, float* __restrict__ resid,
                              int N, int K, int T, int x_stride, unsigned int* counter, const RopeArgs ra) {
   constexpr int ROWS = 8 * NT, WARPS = GEMV_THREADS / 32;
   __shared__ float red[WARPS][ROWS * TT];
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, c = lane & 3;
-  const int n0 = blockIdx.x * ROWS;
+  const int n0 = (BATCH ? blockIdx.y : blockIdx.x) * ROWS;  // batched: blockIdx.x is the token tile
   const int NC = (K + 31) >> 5, K8 = K >> 3;  // chunks of 32 inputs; 16-byte pieces of a row
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   const uint4* __restrict__ wrow[NT];
@@ -606,6 +616,105 @@ __device__ void gemv_tc_body(const bf16_t* __restrict__ W, const bf16_t* __restr
   }
   __syncthreads();
   gemv_epilogue<ROWS, TT, OUT, false>(red, n0, N, T, yb, yf, resid, nw, eps, counter, ra, 0.f, 0.f, 0, 0.f);
+}
+
+// Batched tensor-core products with MT tiles of 16 tokens a block (gemvtcm*, minitorch/cuda/batch.py): the weight
+// fragments a warp loads for a chunk serve all MT tiles before the next chunk (gemvtcb* reloads them, through L2, in
+// each tile's block). Tile m of the block accumulates exactly the mma sequence gemvtc16 runs for its 16 tokens (the
+// same chunks, in the same order, into its own accumulators), and its 8 warp partials are added by the same epilogue:
+// a token's bits are the one-token step's. Grid (ceil(T / (16 MT)), ceil(N / ROWS)), ROWS = 8 NT.
+template <int NT, int U, int MT, int OUT>
+__device__ void gemv_tcm_body(const bf16_t* __restrict__ W, const bf16_t* __restrict__ x, float eps,
+                              bf16_t* __restrict__ yb, float* __restrict__ yf, float* __restrict__ resid, int N, int K,
+                              int T, int x_stride, unsigned int* counter, const RopeArgs ra0) {
+  constexpr int ROWS = 8 * NT, WARPS = GEMV_THREADS / 32, TT = 16;
+  __shared__ float red[MT][WARPS][ROWS * TT];
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, c = lane & 3;
+  const int n0 = blockIdx.y * ROWS, tb = blockIdx.x * MT * TT;
+  const int NC = (K + 31) >> 5, K8 = K >> 3;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const uint4* __restrict__ wrow[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) wrow[j] = reinterpret_cast<const uint4*>(W + (i64)min(n0 + 8 * j + g, N - 1) * K);
+  const uint4* xlo[MT];
+  const uint4* xhi[MT];
+  bool lo[MT], hi[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {  // tile m's A rows of this lane: tokens tb + 16 m + g and + 8
+    const int t = tb + TT * m + g;
+    lo[m] = t < T;
+    hi[m] = t + 8 < T;
+    xlo[m] = reinterpret_cast<const uint4*>(x + (i64)min(t, T - 1) * x_stride);
+    xhi[m] = reinterpret_cast<const uint4*>(x + (i64)min(t + 8, T - 1) * x_stride);
+  }
+  uint4 wv[U][NT];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int p = 4 * (wid + WARPS * u) + c;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) wv[u][j] = p < K8 ? WLD(wrow[j] + p) : zero;
+  }
+  pdl_wait();
+  pdl_trigger();
+  float d[MT][NT][4];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) d[m][j][0] = d[m][j][1] = d[m][j][2] = d[m][j][3] = 0.f;
+  for (int ch0 = wid; ch0 < NC; ch0 += WARPS * U) {
+    uint4 wn[U][NT];
+    const bool more = ch0 + WARPS * U < NC;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int p = 4 * (ch0 + WARPS * (U + u)) + c;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) wn[u][j] = more && p < K8 ? WLD(wrow[j] + p) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int p = 4 * (ch0 + WARPS * u) + c;
+      if (ch0 + WARPS * u < NC) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          const uint4 xa = lo[m] && p < K8 ? __ldg(xlo[m] + p) : zero;
+          const uint4 xb = hi[m] && p < K8 ? __ldg(xhi[m] + p) : zero;
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            mma_bf16_16816(d[m][j], xa.x, xb.x, xa.y, xb.y, wv[u][j].x, wv[u][j].y);
+            mma_bf16_16816(d[m][j], xa.z, xb.z, xa.w, xb.w, wv[u][j].z, wv[u][j].w);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) wv[u][j] = wn[u][j];
+  }
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      red[m][wid][(8 * j + 2 * c) * TT + g] = d[m][j][0];
+      red[m][wid][(8 * j + 2 * c + 1) * TT + g] = d[m][j][1];
+      red[m][wid][(8 * j + 2 * c) * TT + g + 8] = d[m][j][2];
+      red[m][wid][(8 * j + 2 * c + 1) * TT + g + 8] = d[m][j][3];
+    }
+  __syncthreads();
+  for (int m = 0; m < MT; ++m) {
+    const int t0 = tb + TT * m;
+    if (t0 >= T) break;
+    RopeArgs ra = ra0;
+    if (OUT == OUT_QKVROPE) {
+      ra.pos += t0;
+      ra.tslot += t0;
+      ra.out.q_out += (i64)t0 * ra.out.Hq * ra.out.D;
+    }
+    const i64 o = (i64)t0 * (OUT == OUT_GUSILU ? (N >> 1) : N);
+    gemv_epilogue<ROWS, TT, OUT, false>(red[m], n0, N, min(TT, T - t0), yb ? yb + o : yb, yf ? yf + o : yf,
+                                        resid ? resid + o : resid, (const bf16_t*)0, eps, counter, ra, 0.f, 0.f, 0,
+                                        0.f);
+  }
 }
 
 extern "C" {
@@ -738,4 +847,76 @@ GEMV_TC_INST(gemvtc8, 8, 1, 4, 2)
 GEMV_TC_INST(gemvtc8w, 8, 2, 4, 2)
 GEMV_TC_INST(gemvtc16, 16, 1, 4, 2)
 GEMV_TC_INST(gemvtc16w, 16, 2, 2, 2)
+// Batched tensor-core products (minitorch/cuda/batch.py, BatchDecoder): T tokens of up to T different sequences,
+// in tiles of 16. Grid (ceil(T / 16), ceil(N / ROWS)): blockIdx.x is the token tile, the fastest-varying index, so
+// the tiles that read one weight tile are scheduled together and all but the first find it in L2 (the weights
+// cross DRAM about once a step, whatever T); blockIdx.y is the weight tile. Each tile runs gemvtc16's body on its
+// own 16 tokens (offset pointers), so token t gets the bits a one-token gemvtc step gives it (the exactness
+// argument above): a row of a batch equals its batch-1 decode, and rows never mix. The QKV kernel writes token t's
+// key and value into its own sequence's caches, kc / vc + tslot[t] * slot_stride, at position pos[t]. There is no
+// resnorm kernel (its last-block ticket would normalise all T rows in one block): gemv_resnorm_rows_bf16 below.
+#define GEMV_TCB_INST(NAME, NT, U, MINB)                                                                  \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_bf16(                                       \
+      const bf16_t* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid,   \
+      int N, int K, int T, int x_stride) {                                                                 \
+    const i64 t0 = 16 * (i64)blockIdx.x;                                                                   \
+    gemv_tc_body<16, NT, U, OUT_PLAIN, true>(W, (const bf16_t*)x + t0 * x_stride, nw, eps,                \
+                                             yb ? yb + t0 * N : yb, yf ? yf + t0 * N : yf,                \
+                                             resid ? resid + t0 * N : resid, N, K, min(16, T - (int)t0),   \
+                                             x_stride, 0, RopeArgs{});                                     \
+  }                                                                                                        \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_gusilu_bf16(                                \
+      const bf16_t* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid,   \
+      int N, int K, int T, int x_stride, unsigned int* counter) {                                          \
+    const i64 t0 = 16 * (i64)blockIdx.x;                                                                   \
+    gemv_tc_body<16, NT, U, OUT_GUSILU, true>(W, (const bf16_t*)x + t0 * x_stride, nw, eps,               \
+                                              yb + t0 * (N >> 1), yf, resid, N, K, min(16, T - (int)t0),   \
+                                              x_stride, counter, RopeArgs{});                              \
+  }                                                                                                        \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_qkvrope_bf16(                               \
+      const bf16_t* W, const bf16_t* x, int N, int K, int T, const bf16_t* bias, bf16_t* q_out, bf16_t* kc, \
+      bf16_t* vc, const int* pos, int Hq, int Hkv, int D, int max_len, float theta, const int* tslot,     \
+      i64 slot_stride) {                                                                                   \
+    const i64 t0 = 16 * (i64)blockIdx.x;                                                                   \
+    RopeArgs ra{bias, pos + t0, theta, QkvOut<bf16_t>{q_out + t0 * Hq * D, kc, vc, Hq, Hkv, D, max_len}}; \
+    ra.tslot = tslot + t0;                                                                                 \
+    ra.slot_stride = slot_stride;                                                                          \
+    gemv_tc_body<16, NT, U, OUT_QKVROPE, true>(W, x + t0 * K, 0, 0.f, 0, 0, 0, N, K, min(16, T - (int)t0),  \
+                                               K, 0, ra);                                                  \
+  }
+GEMV_TCB_INST(gemvtcb, 1, 4, 2)
+GEMV_TCB_INST(gemvtcbw, 2, 2, 2)
+// gemvtcm*: 4 tiles (64 tokens) a block, 16 weight rows (gemv_tcm_body); the batched kernels' argument lists
+#define GEMV_TCM_INST(NAME, NT, U, MT, MINB)                                                              \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_bf16(                                       \
+      const bf16_t* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid,   \
+      int N, int K, int T, int x_stride) {                                                                 \
+    gemv_tcm_body<NT, U, MT, OUT_PLAIN>(W, (const bf16_t*)x, eps, yb, yf, resid, N, K, T, x_stride, 0,     \
+                                        RopeArgs{});                                                       \
+  }                                                                                                        \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_gusilu_bf16(                                \
+      const bf16_t* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid,   \
+      int N, int K, int T, int x_stride, unsigned int* counter) {                                          \
+    gemv_tcm_body<NT, U, MT, OUT_GUSILU>(W, (const bf16_t*)x, eps, yb, yf, resid, N, K, T, x_stride,       \
+                                         counter, RopeArgs{});                                             \
+  }                                                                                                        \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_qkvrope_bf16(                               \
+      const bf16_t* W, const bf16_t* x, int N, int K, int T, const bf16_t* bias, bf16_t* q_out, bf16_t* kc, \
+      bf16_t* vc, const int* pos, int Hq, int Hkv, int D, int max_len, float theta, const int* tslot,     \
+      i64 slot_stride) {                                                                                   \
+    RopeArgs ra{bias, pos, theta, QkvOut<bf16_t>{q_out, kc, vc, Hq, Hkv, D, max_len}};                    \
+    ra.tslot = tslot;                                                                                      \
+    ra.slot_stride = slot_stride;                                                                          \
+    gemv_tcm_body<NT, U, MT, OUT_QKVROPE>(W, x, 0.f, 0, 0, 0, N, K, T, K, 0, ra);                          \
+  }
+GEMV_TCM_INST(gemvtcm, 2, 2, 4, 2)
+// out row t = RMSNorm(resid row t) * nw for T rows, one block of GEMV_THREADS a row: resnorm_row, the function the
+// resnorm epilogue's last block runs, with the same block size, so the same bits (the batched step's norms).
+__global__ void __launch_bounds__(GEMV_THREADS) gemv_resnorm_rows_bf16(const float* resid, const bf16_t* nw,
+                                                                       bf16_t* out, int N, float eps) {
+  __shared__ float buf[GEMV_THREADS / 32];
+  pdl_wait();
+  pdl_trigger();
+  resnorm_row(resid + (i64)blockIdx.x * N, nw, out + (i64)blockIdx.x * N, N, eps, buf);
+}
 }

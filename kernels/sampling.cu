@@ -295,6 +295,28 @@ sample_f32(const float* logits, i64 ld, float* probs, i64 ldp, int Q, const int*
   if (cluster_rank() == 0 && threadIdx.x == 0) out_ids[r] = tok;
 }
 
+// sample_rows_f32: the batched step's sampler (minitorch/cuda/batch.py): row r of logits with its own settings
+//   (inv_temp[r], top_k[r], top_p[r]) and generator (rng[2r], rng[2r + 1]); a row with inv_temp 0 is greedy and is
+//   left alone (the argmax kernels wrote out_ids[r]). Probabilities go to probs row r, the draw by inverse CDF with
+//   u = uniform(rng[2r], rng[2r + 1]): what sample_f32 draws for a one-sequence decode step with that seed and
+//   counter. Grid (C, rows), clusters (C, 1, 1).
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+sample_rows_f32(const float* logits, i64 ld, float* probs, i64 ldp, int V, const float* inv_temp, const int* top_k,
+                const float* top_p, i64* out_ids, const u64* rng) {
+  __shared__ Scratch s;
+  pdl_wait();
+  const int r = blockIdx.y;
+  const float it = inv_temp[r];
+  if (it == 0.f) return;  // uniform over the row's cluster
+  float* p = probs + (i64)r * ldp;
+  row_probs(logits + (i64)r * ld, p, V, it, top_k[r], top_p[r], s);
+  int lo, hi;
+  row_slice(V, lo, hi);
+  float u = uniform01(rng[2 * r], rng[2 * r + 1]);
+  int tok = pick_index([&](int i) { return p[i]; }, lo, hi, u, s);
+  if (cluster_rank() == 0 && threadIdx.x == 0) out_ids[r] = tok;
+}
+
 __global__ void __launch_bounds__(SAMPLE_THREADS)
 spec_accept(const float* p, i64 ldp, const i64* argmax, const float* q, i64 ldq, int qV, int Q, int* dpos,
             const i64* drafts, int g, int gq, int V, int* tpos, i64* ttok, i64* dtok, i64* out, u64* rng) {

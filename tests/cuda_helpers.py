@@ -91,6 +91,9 @@ BROKEN_KERNELS = {
     # attn_partial_bf16_d64 / _d128 drop the last key of every chunk (tests/test_cuda_attention.py)
     "attention_fast": ("attention", [("      const bool kj = sj < nk;  // a key of this chunk\n",
                                       "      const bool kj = sj < nk - 1;\n")]),
+    # the batched step's attention reads the first token's sequence for every token: rows mix (tests/test_cuda_batch.py)
+    "attention_rows": ("attention", [("  const i64 sb = ROWS ? (i64)tslot[b] : (i64)b;\n",
+                                      "  const i64 sb = ROWS ? (i64)tslot[0] : (i64)b;\n")]),
     # prompt lookup takes the earliest match instead of the latest (tests/test_cuda_lookup.py)
     "lookup": ("lookup", [("    if (tid == 0) best = -1;\n", "    if (tid == 0) best = 0x7fffffff;\n"),
                           ("      int s = top - tid;\n", "      int s = (N - n - 1) - top + tid;\n"),

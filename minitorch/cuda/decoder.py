@@ -208,6 +208,13 @@ class CudaDecoder:
         limit = int(getattr(model.config, "max_position_embeddings", 0) or MAX_LEN)
         return cls(model.config, weights_from_model(model), max_len=min(max_len or limit, limit, MAX_LEN), **kw)
 
+    def batch_decoder(self, slots: int, max_len: int, vocab_size: Optional[int] = None, **kw: Any) -> Any:
+        """A BatchDecoder (minitorch/cuda/batch.py) over this decoder's weights: `slots` sequences decoded at once,
+        max_len cache positions each; what the engine's generate_batch runs on the GPU."""
+        from .batch import BatchDecoder
+
+        return BatchDecoder(self, slots, max_len, vocab_size=vocab_size, **kw)
+
     @property
     def config(self) -> Any:
         """The model config (generation's request checks read config.max_position_embeddings)."""
