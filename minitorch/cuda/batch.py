@@ -35,8 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .decoder import ATT_MIN_SLOTS, ATT_SLOT_BLOCKS, CudaDecoder
-from .launch import ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, cluster_supported, tensor_cores_supported
+from .launch import ATT_MIN_SLOTS, ATT_RMAX, ATT_SLOT_BLOCKS, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, cluster_supported, tensor_cores_supported
 from .pdl import PdlLauncher
 from .runtime import get_cupy, kernels
 
@@ -48,13 +47,13 @@ MEMORY_SHARE = 0.9  # of the free GPU memory a BatchDecoder may take
 
 
 class BatchDecoder:
-    """`slots` sequences decoded together on a CudaDecoder's weights (shared, not copied): the SlotBackend of
+    """`slots` sequences decoded together on a CudaDecoder's (dec, cuda/decoder.py) weights (shared, not copied): the SlotBackend of
     minitorch/generation/batch.py. max_len: cache positions a slot holds (its prompt plus its new tokens);
     vocab_size: candidate tokens are the first vocab_size logits; prefill_tokens: tokens an admission step holds;
     multi_tile: steps of more than 16 tokens run gemvtcm (4 tiles a block share each weight load) instead of gemvtcb
     (a block a tile): the same bits."""
 
-    def __init__(self, dec: CudaDecoder, slots: int, max_len: int, vocab_size: Optional[int] = None,
+    def __init__(self, dec: Any, slots: int, max_len: int, vocab_size: Optional[int] = None,
                  prefill_tokens: int = PREFILL_TOKENS, pdl: Optional[bool] = None, multi_tile: bool = True) -> None:
         if not isinstance(slots, int) or slots < 1:
             raise ValueError(f"a batch holds at least 1 sequence, got {slots!r}")

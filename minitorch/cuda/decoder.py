@@ -45,14 +45,12 @@ from typing import Any, Dict, List, NamedTuple, Optional
 import numpy as np
 
 from .blas import CUDA_R_16BF, CUDA_R_32F, cublas
-from .launch import (ATT_RMAX, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, attn_partial_kernel, cluster_supported,
-                     tensor_cores_supported)
+from .launch import (ATT_MIN_SLOTS, ATT_RMAX, ATT_SLOT_BLOCKS, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan,
+                     attn_partial_kernel, cluster_supported, tensor_cores_supported)
 from .pdl import PdlLauncher
 from .runtime import get_cupy, kernels
 
 
-ATT_SLOT_BLOCKS = 264  # attention partial blocks a step aims at (two per SM of an H200) ...
-ATT_MIN_SLOTS = 32  # ... with at least this many split slots (long prefill steps have many row groups)
 # kernels/gemv.cu's one- and two-token products on 8-bit rows (CudaDecoder(int8_weights=True)) by input / output
 # mode: 4 output rows a block, or I8_BIG_ROWS for products of many rows (N > 8192, K <= 4096: gate/up, the LM head)
 I8_MODES = ("", "_gusilu", "_resnorm", "_qkvrope", "_norm_qkvrope")

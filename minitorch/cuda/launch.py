@@ -361,6 +361,8 @@ def gate_up_silu(gu: Any, out: Any) -> None:
 
 # ---------------------------------------------------------------- attention
 ATT_RMAX = 8
+ATT_SLOT_BLOCKS = 264  # attention partial blocks a decoder's step aims at (two per SM of an H200) ...
+ATT_MIN_SLOTS = 32  # ... with at least this many split slots (long prefill steps have many row groups)
 ATT_DMAX = 256
 
 
