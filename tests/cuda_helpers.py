@@ -115,9 +115,39 @@ def broken_source(variant: str) -> tuple[str, str]:
     return file, src
 
 
+_BROKEN_BUILDS: dict = {}  # variant -> the fatbin nvcc built from its source (once a session)
+
+
+def broken_module(variant: str, file: str, code: str) -> "tuple[Any, str]":
+    """(module, how it was built) of a broken source, built as the real kernels are where nvcc is on PATH (nvcc
+    -fatbin -O3, compile_cuda.sh's flags, for this GPU's architecture), else by NVRTC. The real build is nvcc's, so
+    a broken variant goes through the same compiler as the kernels it stands in for."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from minitorch.cuda import runtime
+
+    cp = runtime.get_cupy()
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return cp.RawModule(code=code, options=("-std=c++17",)), "nvrtc"
+    path = _BROKEN_BUILDS.get(variant)
+    if path is None:
+        cc = str(cp.cuda.Device().compute_capability)
+        d = Path(tempfile.mkdtemp(prefix=f"minitorch_broken_{variant}_"))
+        (d / f"{file}.cu").write_text(code)
+        path = d / f"{file}.fatbin"
+        subprocess.run([nvcc, "-fatbin", "-O3", "-std=c++17", f"-gencode=arch=compute_{cc},code=sm_{cc}", "-o",
+                        str(path), str(d / f"{file}.cu")], check=True, capture_output=True, text=True)
+        _BROKEN_BUILDS[variant] = path
+    return cp.RawModule(path=str(path)), "nvcc"
+
+
 def use_broken_kernels(monkeypatch: Any, variant: str) -> None:
-    """Make every kernel launch of this test use a library whose `file` module is compiled (NVRTC) from the broken
-    source; the other files load as usual. Objects that fetched kernels before the call keep the real ones."""
+    """Make every kernel launch of this test use a library whose `file` module is built from the broken source
+    (broken_module); the other files load as usual. Objects that fetched kernels before the call keep the real ones."""
     from minitorch.cuda import runtime
 
     file, code = broken_source(variant)
@@ -128,8 +158,9 @@ def use_broken_kernels(monkeypatch: Any, variant: str) -> None:
                 return super().module(name)
             mod = self._modules.get(name)
             if mod is None:
-                mod = self._modules[name] = runtime.get_cupy().RawModule(code=code, options=("-std=c++17",))
-                self.sources[name] = f"nvrtc ({variant} broken)"
+                mod, how = broken_module(variant, file, code)
+                self._modules[name] = mod
+                self.sources[name] = f"{how} ({variant} broken)"
             return mod
 
     monkeypatch.setattr(runtime, "_library", Patched())
