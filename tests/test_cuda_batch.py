@@ -141,6 +141,21 @@ def test_batched_sampling_draws_what_batch1_draws():
     assert len({tuple(w) for w in want}) == len(want)
 
 
+def test_a_seed_draws_the_same_tokens_whatever_the_prefill_chunking():
+    """generate_cuda restarts the sampler's counter after the prompt's prefill steps (which draw): new token i draws
+    with counter i, as a batch row does, whether the prompt is prefilled in chunks of 4 or of 16 tokens."""
+    from minitorch import FastBackend
+    from minitorch.generation import SamplingConfig
+    from test_cuda_model import build, decoder_of
+
+    cfg = BATCH_CONFIGS[1]
+    _, w = build(cfg, FastBackend, seed=3)
+    prompt = [int(t) for t in np.random.default_rng(2).integers(1, cfg["vocab_size"], 23)]
+    sc = SamplingConfig(temperature=1.0, top_k=20, top_p=0.9, seed=7)
+    outs = [_batch1(decoder_of(cfg, w, max_len=MAX_LEN, max_tokens=m, gemv="tc"), prompt, 30, sc) for m in (4, 16)]
+    assert outs[0] == outs[1]
+
+
 def _first_tokens(dec, prompt, seeds, slots=64):
     """The first new token of `prompt` under each seed (temperature 1), admitted `slots` at a time."""
     from minitorch.generation import SamplingConfig

@@ -101,6 +101,10 @@ def generate_cuda(dec: Any, prompt_ids: Sequence[int], max_new_tokens: int, cfg:
     t0 = time.perf_counter()
     with timer("prefill"):
         _prefill_all_but_last(dec, prompt)
+        # the prefill steps drew a token each and advanced the sampler's counter: restart it, so new token i draws
+        # with counter i whatever the prompt's chunking (eager or graph prefill, max_tokens), as the batch decoder's
+        # rows do (minitorch/cuda/batch.py)
+        _set_sampling(dec, cfg, 0)
     # one step in flight ahead of the host: step i + 1 is queued (decode_advance already wrote its input
     # on the device) before the host waits for token i, copied from the history into pinned memory, so
     # the GPU never idles while the host checks a token. A stop token wastes the one step queued after it.
