@@ -543,14 +543,14 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], unsigned int a0, u
 #endif
 }
 
-template <int TT, int NT, int U, int OUT, bool BATCH = false>
+template <int TT, int NT, int U, int OUT>
 __device__ void gemv_tc_body(const bf16_t* __restrict__ W, const bf16_t* __restrict__ x, const bf16_t* __restrict__ nw,
                              float eps, bf16_t* __restrict__ yb, float* __restrict__ yf, float* __restrict__ resid,
                              int N, int K, int T, int x_stride, unsigned int* counter, const RopeArgs ra) {
   constexpr int ROWS = 8 * NT, WARPS = GEMV_THREADS / 32;
   __shared__ float red[WARPS][ROWS * TT];
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, c = lane & 3;
-  const int n0 = (BATCH ? blockIdx.y : blockIdx.x) * ROWS;  // batched: blockIdx.x is the token tile
+  const int n0 = blockIdx.x * ROWS;
   const int NC = (K + 31) >> 5, K8 = K >> 3;  // chunks of 32 inputs; 16-byte pieces of a row
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   const uint4* __restrict__ wrow[NT];
@@ -850,43 +850,13 @@ GEMV_TC_INST(gemvtc16w, 16, 2, 2, 2)
 // Batched tensor-core products (minitorch/cuda/batch.py, BatchDecoder): T tokens of up to T different sequences,
 // in tiles of 16. Grid (ceil(T / 16), ceil(N / ROWS)): blockIdx.x is the token tile, the fastest-varying index, so
 // the tiles that read one weight tile are scheduled together and all but the first find it in L2 (the weights
-// cross DRAM about once a step, whatever T); blockIdx.y is the weight tile. Each tile runs gemvtc16's body on its
-// own 16 tokens (offset pointers), so token t gets the bits a one-token gemvtc step gives it (the exactness
-// argument above): a row of a batch equals its batch-1 decode, and rows never mix. The QKV kernel writes token t's
+// cross DRAM about once a step, whatever T); blockIdx.y is the weight tile. Each tile gets gemvtc16's mma sequence
+// on its own 16 tokens (gemv_tcm_body above), so token t gets the bits a one-token gemvtc step gives it (the
+// exactness argument above): a row of a batch equals its batch-1 decode, and rows never mix. The QKV kernel writes token t's
 // key and value into its own sequence's caches, kc / vc + tslot[t] * slot_stride, at position pos[t]. There is no
 // resnorm kernel (its last-block ticket would normalise all T rows in one block): gemv_resnorm_rows_bf16 below.
-#define GEMV_TCB_INST(NAME, NT, U, MINB)                                                                  \
-  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_bf16(                                       \
-      const bf16_t* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid,   \
-      int N, int K, int T, int x_stride) {                                                                 \
-    const i64 t0 = 16 * (i64)blockIdx.x;                                                                   \
-    gemv_tc_body<16, NT, U, OUT_PLAIN, true>(W, (const bf16_t*)x + t0 * x_stride, nw, eps,                \
-                                             yb ? yb + t0 * N : yb, yf ? yf + t0 * N : yf,                \
-                                             resid ? resid + t0 * N : resid, N, K, min(16, T - (int)t0),   \
-                                             x_stride, 0, RopeArgs{});                                     \
-  }                                                                                                        \
-  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_gusilu_bf16(                                \
-      const bf16_t* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid,   \
-      int N, int K, int T, int x_stride, unsigned int* counter) {                                          \
-    const i64 t0 = 16 * (i64)blockIdx.x;                                                                   \
-    gemv_tc_body<16, NT, U, OUT_GUSILU, true>(W, (const bf16_t*)x + t0 * x_stride, nw, eps,               \
-                                              yb + t0 * (N >> 1), yf, resid, N, K, min(16, T - (int)t0),   \
-                                              x_stride, counter, RopeArgs{});                              \
-  }                                                                                                        \
-  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_qkvrope_bf16(                               \
-      const bf16_t* W, const bf16_t* x, int N, int K, int T, const bf16_t* bias, bf16_t* q_out, bf16_t* kc, \
-      bf16_t* vc, const int* pos, int Hq, int Hkv, int D, int max_len, float theta, const int* tslot,     \
-      i64 slot_stride) {                                                                                   \
-    const i64 t0 = 16 * (i64)blockIdx.x;                                                                   \
-    RopeArgs ra{bias, pos + t0, theta, QkvOut<bf16_t>{q_out + t0 * Hq * D, kc, vc, Hq, Hkv, D, max_len}}; \
-    ra.tslot = tslot + t0;                                                                                 \
-    ra.slot_stride = slot_stride;                                                                          \
-    gemv_tc_body<16, NT, U, OUT_QKVROPE, true>(W, x + t0 * K, 0, 0.f, 0, 0, 0, N, K, min(16, T - (int)t0),  \
-                                               K, 0, ra);                                                  \
-  }
-GEMV_TCB_INST(gemvtcb, 1, 4, 2)
-GEMV_TCB_INST(gemvtcbw, 2, 2, 2)
-// gemvtcm*: 4 tiles (64 tokens) a block, 16 weight rows (gemv_tcm_body); the batched kernels' argument lists
+// NAME_bf16 / _gusilu_bf16 / _qkvrope_bf16 over gemv_tcm_body: MT tiles of 16 tokens and 8 NT weight rows a block.
+// gemvtcb (one tile, 8 rows) and gemvtcbw (one tile, 16 rows) are the one-tile case; gemvtcm takes 4 tiles (64 tokens).
 #define GEMV_TCM_INST(NAME, NT, U, MT, MINB)                                                              \
   __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_bf16(                                       \
       const bf16_t* W, const void* x, const bf16_t* nw, float eps, bf16_t* yb, float* yf, float* resid,   \
@@ -909,6 +879,8 @@ GEMV_TCB_INST(gemvtcbw, 2, 2, 2)
     ra.slot_stride = slot_stride;                                                                          \
     gemv_tcm_body<NT, U, MT, OUT_QKVROPE>(W, x, 0.f, 0, 0, 0, N, K, T, K, 0, ra);                          \
   }
+GEMV_TCM_INST(gemvtcb, 1, 4, 1, 2)
+GEMV_TCM_INST(gemvtcbw, 2, 2, 1, 2)
 GEMV_TCM_INST(gemvtcm, 2, 2, 4, 2)
 // out row t = RMSNorm(resid row t) * nw for T rows, one block of GEMV_THREADS a row: resnorm_row, the function the
 // resnorm epilogue's last block runs, with the same block size, so the same bits (the batched step's norms).
