@@ -20,7 +20,7 @@ from minitorch import FastBackend
 from minitorch.generation import (BatchRequest, CpuSlots, SamplingConfig, generate, make_engine, run_batch)
 from minitorch.generation import batch as batch_mod
 from minitorch.generation.engine import BATCH_MAX_LEN, DrafterSpec, batch_max_len
-from test_generation_distribution import ALPHA_SIG, chi2_sf
+from test_generation_distribution import ALPHA_SIG, pooled_pvalue
 
 V = 48
 LENGTHS = (3, 9, 1, 15, 6, 4, 11)  # the 7 requests' prompt lengths
@@ -210,24 +210,7 @@ def sampled_pairs(model) -> list[tuple[int, int]]:
     return [tuple(r.result.tokens) for r in got if r.key is not None]
 
 
-def pvalue(samples, exact) -> float:
-    """Chi-square p-value of the samples against the exact cell probabilities (cells expecting < 5 pooled); 0 when a
-    sample falls in a cell of probability 0."""
-    counts: dict = {}
-    for s in samples:
-        counts[s] = counts.get(s, 0) + 1
-    if any(exact.get(s, 0.0) <= 0.0 for s in counts):
-        return 0.0
-    n, stat, dof, pe, po = len(samples), 0.0, -1, 0.0, 0
-    for cell, p in exact.items():
-        e, o = n * p, counts.get(cell, 0)
-        if e < 5.0:
-            pe, po = pe + e, po + o
-            continue
-        stat, dof = stat + (o - e) ** 2 / e, dof + 1
-    if pe > 0:
-        stat, dof = stat + (po - pe) ** 2 / pe, dof + 1
-    return chi2_sf(stat, dof)
+pvalue = pooled_pvalue  # tests/test_generation_distribution.py
 
 
 def test_a_row_of_a_batch_follows_the_targets_distribution(small):

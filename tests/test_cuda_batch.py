@@ -171,15 +171,9 @@ def _first_tokens(dec, prompt, seeds, slots=64):
 
 
 def _chi2_p(tokens, probs):
-    from scipy.stats import chi2
+    from test_generation_distribution import pooled_pvalue
 
-    n = len(tokens)
-    keep = probs * n >= 5  # pool the rare tokens into one cell
-    obs = np.bincount(tokens, minlength=len(probs)).astype(float)
-    o = np.append(obs[keep], obs[~keep].sum())
-    e = np.append(probs[keep] * n, probs[~keep].sum() * n)
-    o, e = o[e > 0], e[e > 0]
-    return float(chi2.sf(((o - e) ** 2 / e).sum(), len(o) - 1))
+    return pooled_pvalue([int(t) for t in tokens], {i: float(p) for i, p in enumerate(probs)})
 
 
 def _target_probs(dec, prompt):

@@ -37,6 +37,26 @@ DRAFT = FakeModel(V, hidden=8, seed=22, scale=1.5)
 PROMPT = [0, 1, 2, 3, 0, 1, 2]  # repetitive, so the n-gram drafter finds matches
 
 
+def pooled_pvalue(samples, exact) -> float:
+    """Chi-square p-value of samples (hashable cells) against the exact cell probabilities (a dict), the cells
+    expecting fewer than 5 samples pooled into one; 0 when a sample falls in a cell of probability 0."""
+    counts: dict = {}
+    for s in samples:
+        counts[s] = counts.get(s, 0) + 1
+    if any(exact.get(s, 0.0) <= 0.0 for s in counts):
+        return 0.0
+    n, stat, dof, pe, po = len(samples), 0.0, -1, 0.0, 0
+    for cell, p in exact.items():
+        e, o = n * p, counts.get(cell, 0)
+        if e < 5.0:
+            pe, po = pe + e, po + o
+            continue
+        stat, dof = stat + (o - e) ** 2 / e, dof + 1
+    if pe > 0:
+        stat, dof = stat + (po - pe) ** 2 / pe, dof + 1
+    return chi2_sf(stat, dof)
+
+
 def chi2_sf(x: float, k: int) -> float:
     """P(X > x) for X ~ chi-square(k) = regularized upper gamma Q(k/2, x/2): the series for
     P below a + 1, Lentz's continued fraction for Q above (Numerical Recipes 6.2)."""

@@ -5,7 +5,6 @@ test_generation_distribution.py compares the joint distribution of 3 sampled tok
 a head drafter that reports q at temperature 1 while it samples at the configured one is shown to fail."""
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from minitorch.generation import SamplingConfig, logits_to_probs, speculative_ge
 from minitorch.generation import head_drafter as hd
 from minitorch.generation.head_drafter import HeadDrafter
 from minitorch.models.draft_head import DraftHead, DraftHeadConfig
-from test_generation_distribution import ALPHA_SIG, chi2_sf
+from test_generation_distribution import ALPHA_SIG, pooled_pvalue
 
 V, HEAD_VOCAB, L, N = 6, 3, 3, 3000
 PROMPT = [0, 1, 2, 3, 4, 5, 1, 2]
@@ -50,21 +49,7 @@ def exact_joint(target, cfg: SamplingConfig) -> dict[tuple[int, ...], float]:
     return probs
 
 
-def pvalue(samples, exact) -> float:
-    n, counts = len(samples), {}
-    for s in samples:
-        counts[s] = counts.get(s, 0) + 1
-    assert all(exact.get(s, 0.0) > 0.0 for s in counts), "sampled a sequence of probability 0"
-    stat, dof, pe, po = 0.0, -1, 0.0, 0
-    for cell in itertools.product(range(V), repeat=L):
-        e, o = n * exact.get(cell, 0.0), counts.get(cell, 0)
-        if e < 5.0:
-            pe, po = pe + e, po + o
-            continue
-        stat, dof = stat + (o - e) ** 2 / e, dof + 1
-    if pe > 0:
-        stat, dof = stat + (po - pe) ** 2 / pe, dof + 1
-    return chi2_sf(stat, dof)
+pvalue = pooled_pvalue  # tests/test_generation_distribution.py
 
 
 def run(target, head, n, seed0=0):
