@@ -25,8 +25,9 @@ Exactness: every kernel computes a token's values in an order that does not depe
 or on their number (the tensor-core GEMV of CudaDecoder(gemv="tc") in tiles of 16 tokens, the decode attention's
 fixed 32-key splits, the resnorm epilogue's row function), so a sequence's greedy output in a batch is its batch-1
 output bit for bit: equal to a CudaDecoder(gemv="tc") that prefills in chunks of at most 16 tokens (the exact
-prefill) and decodes one token a step, and rows never mix (tests/test_cuda_batch.py). Sampling draws row r's token
-with its own seed and counter, the draw a batch-1 decode with that seed makes (kernels/sampling.cu sample_rows_f32).
+prefill) and decodes one token a step, and rows never mix (tests/test_cuda_batch.py; greedy shown on an H200). Sampling
+draws row r's token with its own seed and counter (kernels/sampling.cu sample_rows_f32), written to be the draw a
+batch-1 decode with that seed makes; that test has not yet passed on a GPU (docs/results/h200_batch_decoding).
 """
 from __future__ import annotations
 
