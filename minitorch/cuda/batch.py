@@ -36,14 +36,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .launch import ATT_MIN_SLOTS, ATT_RMAX, ATT_SLOT_BLOCKS, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan, cluster_supported, tensor_cores_supported
+from .launch import (ATT_MIN_SLOTS, ATT_RMAX, ATT_SLOT_BLOCKS, SAMPLE_CLUSTER, SAMPLE_THREADS, WIDE_ROWS, argmax_plan,
+                     cluster_supported, tensor_cores_supported)
 from .pdl import PdlLauncher
 from .runtime import get_cupy, kernels
 
 TILE = 16  # tokens a tile of the batched GEMV (gemvtcb*)
 PREFILL_TOKENS = 512  # tokens an admission step holds at most (prompts share steps)
 MULTI_TILES = 4  # tiles a block of the multi-tile product (kernels/gemv.cu gemvtcm*: 64 tokens, 16 weight rows)
-WIDE_ROWS = 8192  # products with more output rows run gemvtcbw (16 weight rows a block), as CudaDecoder's "tc"
 MEMORY_SHARE = 0.9  # of the free GPU memory a BatchDecoder may take
 
 
@@ -80,6 +80,7 @@ class BatchDecoder:
         self.stream = self.cp.cuda.Stream(non_blocking=True)
         self.graphs: Dict[Any, Any] = {}
         self.occupied: Dict[int, bool] = {}  # slot -> whether it samples (else greedy)
+        self.sampled_slots = 0  # occupied slots that sample: the decode graph runs the sampler while there are any
         self._host = np.frombuffer(self.cp.cuda.alloc_pinned_memory(8 * slots), np.int64, slots)
 
     # ------------------------------------------------------------------ setup
@@ -270,6 +271,7 @@ class BatchDecoder:
         self.stream.synchronize()
         for (slot, _, _), s in zip(entries, settings):
             self.occupied[int(slot)] = s[0] > 0
+            self.sampled_slots += s[0] > 0
         return [int(t) for t in first]
 
     def _arm(self, slots: np.ndarray, first: np.ndarray, lens: np.ndarray, settings: List[Tuple]) -> None:
@@ -287,7 +289,7 @@ class BatchDecoder:
 
     def step(self) -> List[int]:
         """One decode step of every occupied slot; returns the next token of every slot (free slots: meaningless)."""
-        sampled = any(self.occupied.values())
+        sampled = self.sampled_slots > 0
         key = ("decode", sampled)
         g = self.graphs.get(key)
         with self.stream:
@@ -307,8 +309,10 @@ class BatchDecoder:
 
     def release(self, slot: int) -> None:
         """The slot's sequence is finished: the slot stops advancing until an admit fills it."""
-        if self.occupied.pop(int(slot), None) is None:
+        sampled = self.occupied.pop(int(slot), None)
+        if sampled is None:
             raise ValueError(f"slot {slot} holds no sequence")
+        self.sampled_slots -= sampled
         with self.stream:
             self.active[int(slot):int(slot) + 1] = 0
 

@@ -45,7 +45,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 import numpy as np
 
 from .blas import CUDA_R_16BF, CUDA_R_32F, cublas
-from .launch import (ATT_MIN_SLOTS, ATT_RMAX, ATT_SLOT_BLOCKS, SAMPLE_CLUSTER, SAMPLE_THREADS, argmax_plan,
+from .launch import (ATT_MIN_SLOTS, ATT_RMAX, ATT_SLOT_BLOCKS, SAMPLE_CLUSTER, SAMPLE_THREADS, WIDE_ROWS, argmax_plan,
                      attn_partial_kernel, cluster_supported, tensor_cores_supported)
 from .pdl import PdlLauncher
 from .runtime import get_cupy, kernels
@@ -344,10 +344,10 @@ class CudaDecoder:
         if self._tc(M):  # one kernel for 1..8 tokens (decode and verify alike), one for 9..16
             if mode not in ("", "_gusilu", "_resnorm", "_qkvrope"):
                 raise ValueError(f"no tensor-core GEMV for mode {mode!r}")
-            wide = N > 8192  # two weight tiles per set of token loads, 16 rows a block (gemvtc*w); same bits
+            wide = N > WIDE_ROWS  # two weight tiles per set of token loads, 16 rows a block (gemvtc*w); same bits
             return f"gemvtc{8 if M <= 8 else 16}{'w' if wide else ''}{mode}_bf16", 16 if wide else 8
         tm = 1 if M == 1 else 4 if M <= 4 else 5 if M == 5 else 8 if M <= 8 else 16
-        if tm == 1 and N > 8192 and K <= 2048 and mode in ("", "_gusilu"):  # wide products with short rows
+        if tm == 1 and N > WIDE_ROWS and K <= 2048 and mode in ("", "_gusilu"):  # wide products with short rows
             return f"gemv1r8{mode}_bf16", 8
         return f"gemv{tm}{mode}_bf16", (2 if tm == 16 else 4)
 
@@ -357,7 +357,7 @@ class CudaDecoder:
         tokens than 8-bit rows in the CUDA-core one), or a weight without 8-bit rows."""
         if M not in I8_BIG_ROWS or self._tc(M) or not self.q8 or w.data.ptr not in self.q8 or mode not in I8_MODES:
             return None
-        big = I8_BIG_ROWS[M] if N > 8192 and K <= 4096 and mode in I8_BIG_MODES else 0
+        big = I8_BIG_ROWS[M] if N > WIDE_ROWS and K <= 4096 and mode in I8_BIG_MODES else 0
         codes, scales = self.q8[w.data.ptr]
         return f"gemv{M}{f'r{big}' if big else ''}{mode}_i8", (big or 4), codes, scales
 

@@ -361,6 +361,7 @@ def gate_up_silu(gu: Any, out: Any) -> None:
 
 # ---------------------------------------------------------------- attention
 ATT_RMAX = 8
+WIDE_ROWS = 8192  # products of more output rows take the kernels of more rows a block (gemvtc*w, gemvtcbw, gemv1r8, r16 i8)
 ATT_SLOT_BLOCKS = 264  # attention partial blocks a decoder's step aims at (two per SM of an H200) ...
 ATT_MIN_SLOTS = 32  # ... with at least this many split slots (long prefill steps have many row groups)
 ATT_DMAX = 256
