@@ -42,6 +42,15 @@
 #                        (`cat head.safetensors.part* > head.safetensors`); then (EVAL_N > 0, default 5) its acceptance
 #                        on GSM8K test first EVAL_N and the 0.5B draft's, on the eager engine in float32
 #
+# Batched decoding and the general text (the real target staged; carry .whl)
+#   batch-check          tests/test_cuda_batch.py, then project/bench/batch_throughput.py on the real target (BATCHES,
+#                        default "1 8 32 64 128 256"; products tcm and tcb; 512-token answers), then the GPU suite
+#                        (-m gpu, ARGS: the files to take first) for the time left
+#   write-chat N         project/write_chat.py with --batch BATCH (256): N requests of each style (topics from START,
+#                        default 0; magpie from START + 500000, their ids apart), then answers to all of them, --turns 2,
+#                        up to 1,024 new tokens a turn, for the time left; files in GEN_DIR (/root/chat), continued with
+#                        --resume by a later call on the same machine; copied gzipped to $OUT (commit under data/chat/)
+#
 # A draft-head sitting: three calls on one machine after staging, each carrying [".whl", "minitorch/cuda_kernels"].
 # The head lives on the machine between calls (it goes back ~30 s after a call ends: issue the three calls in ONE
 # message) and comes back, in 15 MB parts, with the last. On a machine of two GPUs (nvidia-h200-x2) GPU 1 does the
@@ -202,6 +211,40 @@ write-selfmath)
   for k in $(seq 0 $((P - 1))); do tail -n 4 "$OUT/shard_$k.log"; done
   wc -l $G_DIR/problems_*.jsonl $G_DIR/answers_*.jsonl
   cat $G_DIR/problems_*.jsonl > "$OUT/problems.jsonl"; cat $G_DIR/answers_*.jsonl > "$OUT/answers.jsonl"
+  ;;
+batch-check)
+  real_env
+  PAT='passed|failed|error|rc=' TAILN=8 run batch_tests 150 python3 -m pytest -q -p no:cacheprovider -rf \
+      --junitxml="$OUT/batch_tests.xml" tests/test_cuda_batch.py
+  PAT='B=|model|memory|GiB|rc=|Error' TAILN=20 run batch_real 170 python3 project/bench/batch_throughput.py \
+      --model qwen2.5-coder-1.5b-instruct --batches ${BATCHES:-1 8 32 64 128 256} --products tcm tcb --new 512 \
+      --json "$OUT/batch_real.json"
+  PAT='FAILED|ERROR|passed|failed|rc=' TAILN=20 run gpu_suite 600 python3 -m pytest -m gpu -v -p no:cacheprovider -rf \
+      --junitxml="$OUT/gpu_tests.xml" "$@" tests
+  ;;
+write-chat)
+  real_env
+  N="${1:-2000}"; D="${GEN_DIR:-/root/chat}"; mkdir -p "$D"; S="${START:-0}"
+  W=(python3 project/write_chat.py); F=(--batch "${BATCH:-256}" --backend cuda --no-progress)
+  for style in topics magpie; do
+    start=$S; [ $style = magpie ] && start=$(( S + 500000 ))
+    f="$D/requests_$style.jsonl"; have=$(cat "$f" 2>/dev/null | wc -l)
+    [ "$have" -ge "$N" ] && continue
+    PAT='rc=|Error|error|wrote|tokens' run req_$style "${REQ_LIMIT:-110}" "${W[@]}" requests --style $style --n "$N" \
+        --start $start "${F[@]}" -o "$f" $( [ -s "$f" ] && echo --resume )
+    wc -l "$f"
+  done
+  cat "$D"/requests_topics.jsonl "$D"/requests_magpie.jsonl > "$D/requests.jsonl"
+  PAT='rc=|Error|error|wrote|tokens' run answers $(( $(left) - 15 )) "${W[@]}" answers "$D/requests.jsonl" --turns 2 \
+      "${F[@]}" -o "$D/answers.jsonl" $( [ -s "$D/answers.jsonl" ] && echo --resume )
+  python3 - "$D/answers.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print(f"answers: {len(rows)} conversations, {sum(r['generated_tokens'] for r in rows)} tokens written, "
+      f"{sum(r['turns'] == 2 for r in rows)} of two turns")
+PY
+  for f in "$D"/requests.jsonl "$D"/answers.jsonl; do gzip -c "$f" > "$OUT/$(basename "$f").gz"; done
+  ls -la "$OUT"
   ;;
 train-head)
   real_env
