@@ -12,6 +12,7 @@ MINITORCH_DEBUG=1 to see the traceback instead.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -26,6 +27,7 @@ from project.one_line_parser import EXIT_USER_ERROR
 from project.settings import DEFAULT_DRAFT, Settings, UserError
 
 EXIT_INTERRUPTED = 130
+SHIPPED_HEADS = Path(__file__).resolve().parents[1] / "heads"  # the repository's draft heads, a folder each
 
 
 def get_backend(name: str) -> Any:
@@ -140,17 +142,33 @@ def default_head_dir(target: Any) -> Path:
     return cache_root() / "heads" / target_fingerprint(target)
 
 
+def shipped_head(target: Any) -> Optional[Path]:
+    """The repository's own head for this target: the folder of SHIPPED_HEADS whose head.json names the target's
+    fingerprint, or None."""
+    from minitorch.models.draft_head import target_fingerprint
+
+    fp = target_fingerprint(target)
+    for cfg in sorted(SHIPPED_HEADS.glob("*/head.json")):
+        try:
+            if json.loads(cfg.read_text()).get("target_fingerprint") == fp and (cfg.parent / "head.safetensors").is_file():
+                return cfg.parent
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def cached_head(target: Any) -> Optional[Path]:
-    """The folder of the cache's head for this target (default_head_dir), or None when none is saved there."""
+    """The head --drafter auto and --drafter head take when --head names none: the cache's (where
+    train_draft_head.py saves yours, default_head_dir) first, else the repository's (shipped_head); None if neither."""
     folder = default_head_dir(target)
-    return folder if (folder / "head.safetensors").is_file() else None
+    return folder if (folder / "head.safetensors").is_file() else shipped_head(target)
 
 
 def load_head_for(folder: Optional[str], target: Any) -> Any:
-    """The head in `folder`, else the cache's head for the target; missing, corrupt or another target's: one line."""
+    """The head in `folder`, else cached_head's; missing, corrupt or another target's: one line."""
     from minitorch.models.head_io import load_head
 
-    return load_head(folder or default_head_dir(target), target)
+    return load_head(folder or cached_head(target) or default_head_dir(target), target)
 
 
 def cpu_head(folder: Optional[str], target: Any) -> Any:

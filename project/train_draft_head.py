@@ -88,8 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--init", default=None, metavar="DIR",
                    help="start from a saved head for this target (its weights and shapes; a fresh optimizer and "
                    "schedule), e.g. to go on training it on more data; head.json records it")
-    o.add_argument("--save-dtype", choices=("float16", "float32"), default="float16",
-                   help="the saved head's weights (default float16: half the file; drafting stays exact either way)")
+    o.add_argument("--save-dtype", choices=("float16", "float32", "int8", "int4"), default="float16",
+                   help="the saved head's weights (default float16: half the file; int8 / int4 with float16 scales: a "
+                   "quarter / an eighth, for shipping; drafting stays exact either way)")
     o.add_argument("--no-plot", action="store_true", help="skip loss.png")
     o.add_argument("--quiet", action="store_true", help="no progress bars")
     return p

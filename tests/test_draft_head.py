@@ -466,6 +466,32 @@ def test_drafter_auto_takes_the_cache_head_where_one_exists(target, tmp_path, mo
     assert resolved("--backend", "cuda", "--dtype", "float32") == ("head", st.HEAD_CPU_GAMMA, 0)  # the eager engine
 
 
+def test_the_repositorys_head_is_taken_when_the_cache_has_none(target, tmp_path, monkeypatch):
+    """A head shipped in the repository (cli_common.SHIPPED_HEADS/<name>/, compressed) is what --drafter auto and
+    --drafter head take for the target whose fingerprint its head.json names, when the cache holds none; a head the
+    user trained (the cache's) comes first; another target's shipped head is never taken."""
+    from project import cli_common as cc
+
+    model, _, _ = target
+    monkeypatch.setenv("MINITORCH_SPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cc, "SHIPPED_HEADS", tmp_path / "heads")
+    other, _ = load_model(_other_target(tmp_path), progress=False)
+    save_head(DraftHead(DraftHeadConfig.for_target(other, head_vocab=300, intermediate_size=48), other.backend),
+              tmp_path / "heads" / "a-other")
+    assert cc.cached_head(model) is None  # only another target's head is shipped
+    shipped = DraftHead(_cfg(model, inter=64), model.backend, seed=8)
+    save_head(shipped, tmp_path / "heads" / "b-tiny", "int4")
+    assert cc.cached_head(model) == tmp_path / "heads" / "b-tiny"
+    got = cc.load_head_for(None, model)
+    assert got.config.intermediate_size == 64
+    want = load_head(tmp_path / "heads" / "b-tiny", model)
+    for (n, a), (_, b) in zip(want.named_parameters(), got.named_parameters()):
+        np.testing.assert_array_equal(np.asarray(a.value.to_numpy()), np.asarray(b.value.to_numpy()), err_msg=n)
+    save_head(DraftHead(_cfg(model), model.backend, seed=9), cc.default_head_dir(model))
+    assert cc.cached_head(model) == cc.default_head_dir(model)  # the user's own head first
+    assert cc.load_head_for(None, model).config.intermediate_size == 48
+
+
 def test_demo_drafts_with_the_cache_head_and_equals_the_target(target, tmp_path, monkeypatch):
     """The demo with no --drafter on a target that has a head in the cache: it says so, drafts with the head, and
     its greedy tokens equal the target alone's."""
