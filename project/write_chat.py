@@ -153,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         text = tok.decode(list(res.tokens))
         question = kept_question(clean_request(text) if res.stop_reason == "stop" else None)
         rec = {**item, "style": args.style, "question": question, "seed": seed}
+        if args.style == "magpie":  # the target chose what to ask: the item's category and topic were not used
+            rec.update(category=None, topic=None)
         if question is None:
             rec["raw"] = text
         return {**rec, "generated_tokens": len(res.tokens), "stop_reason": res.stop_reason}, len(res.tokens)

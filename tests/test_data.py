@@ -92,3 +92,33 @@ def test_the_self_written_training_text_holds_no_evaluation_question_and_none_tw
     assert len(answered) > 3000 and len(set(answered)) == len(answered)
     assert set(answered) <= problems
     assert not problems & evaluation, sorted(problems & evaluation)[:3]
+
+
+def _evaluation_questions() -> set[str]:
+    """Every evaluation question the repository ships, folded: GSM8K test, MATH-500, AIME, AMC, each Spec-Bench turn."""
+    out = set()
+    for f in [DATA / "gsm8k" / "test.jsonl", *sorted((DATA / "limo" / "eval").glob("*.jsonl"))]:
+        for line in f.read_text().splitlines():
+            row = json.loads(line)
+            out.add(_fold(row.get("question") or row.get("problem")))
+    for line in (DATA / "spec_bench" / "question.jsonl").read_text().splitlines():
+        out.update(_fold(t) for t in json.loads(line)["turns"])
+    return out
+
+
+def test_the_general_training_text_holds_no_evaluation_question():
+    """data/chat's requests and every user turn of its answers (the general text a draft head trains on) against the
+    evaluation files read directly; each answer answers a kept request of its round's file."""
+    evaluation = _evaluation_questions()
+    assert len(evaluation) > 2300  # GSM8K test's 1,319, MATH-500's 500, Spec-Bench's 480 questions' turns at least
+    requests, users = set(), []
+    for f in sorted((DATA / "chat").glob("requests_*.jsonl.gz")):
+        requests |= {_fold(r["question"]) for r in map(json.loads, gzip.open(f, "rt")) if r["question"]}
+    for f in sorted((DATA / "chat").glob("answers_*.jsonl.gz")):
+        for r in map(json.loads, gzip.open(f, "rt")):
+            turns = [m["content"] for m in r["messages"] if m["role"] == "user"]
+            assert _fold(turns[0]) == _fold(r["question"]) and _fold(r["question"]) in requests
+            users += [_fold(t) for t in turns]
+    assert len(users) > 10000
+    assert not set(users) & evaluation, sorted(set(users) & evaluation)[:3]
+    assert not requests & evaluation

@@ -106,6 +106,24 @@ def test_the_trainer_drops_a_conversation_holding_an_evaluation_question(tiny):
     assert [s.source for s in generated_sequences(tok, [ok, bad], {}, 512, "chat")] == ["chat"]
 
 
+def test_the_trainer_learns_every_answer_of_a_conversation(tiny):
+    """A two-turn record gives two sequences: the first answer after the first request, then the last answer after
+    the whole conversation; each answer is what the sequence learns (after its prompt), ended by the end of turn."""
+    from minitorch.models import load_model
+    from project.training.data import generated_sequences
+
+    _, tok = load_model(tiny / "t", progress=False)
+    first = [{"role": "user", "content": "Write a limerick about a cat."}]
+    two = first + [{"role": "assistant", "content": "A cat sat."}, {"role": "user", "content": "Now a dog."}]
+    rec = {"id": "a", "question": first[0]["content"], "text": "A dog ran.", "stop_reason": "stop", "messages": two}
+    seqs = generated_sequences(tok, [rec], {}, 512, "chat")
+    assert len(seqs) == 2
+    for seq, before, answer in zip(seqs, (first, two), ("A cat sat.", "A dog ran.")):
+        prompt = list(tok.encode(tok.apply_chat_template(before, add_generation_prompt=True)))
+        assert seq.ids[:seq.n_prompt] == prompt
+        assert tok.decode(seq.ids[seq.n_prompt:]).startswith(answer)
+
+
 class ScriptedTemplate(Template):
     """Template plus one character a token (id = code point; 0 ends a turn)."""
 

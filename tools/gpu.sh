@@ -36,7 +36,8 @@
 #                        GPUS="0 1" spreads the shards over those GPUs; ANS_ARGS: more flags for the answers; GEN_DIR
 #                        (default /root/gen) keeps a run's files apart; copied to $OUT (commit them under data/selfmath/)
 #   train-head           train_draft_head.py --backend cuda on GSM8K train (LIMIT_PROBLEMS, 3000) + every committed
-#                        answer file + /root/gen's, for TRAIN_LIMIT s (420), --ttt-steps TTT (3), --epochs EPOCHS (3.5),
+#                        answer file (data/chat's general text too) + /root/gen's and /root/chat*'s, for TRAIN_LIMIT s
+#                        (420), sequences cut at MAX_SEQ (640) tokens, --ttt-steps TTT (3), --epochs EPOCHS (3.5),
 #                        --lr LR (2e-3); INIT=DIR starts from that head; the features stay in /root/features for the
 #                        next call on the same data. The head goes to /root/head and, in 15 MB parts, to $OUT
 #                        (`cat head.safetensors.part* > head.safetensors`); then (EVAL_N > 0, default 5) its acceptance
@@ -106,13 +107,13 @@ PG='speedup|^spec |^target |time:|identical|rc=|Error|error'
 # START past their last item, or it writes the same problems again); INIT=DIR starts from that head; the target's
 # features stay in /root/features, so a second call on the same data trains for its whole time limit
 train_head() {
-  local GEN=(--generated data/gsm8k/generated/*.jsonl $(ls data/selfmath/answers*.jsonl /root/gen/*gen.jsonl \
-    /root/gen/answers*.jsonl 2>/dev/null)) INIT_ARGS=()
+  local GEN=(--generated data/gsm8k/generated/*.jsonl $(ls data/selfmath/answers*.jsonl data/chat/answers*.jsonl.gz \
+    /root/gen/*gen.jsonl /root/gen/answers*.jsonl /root/chat*/answers.jsonl 2>/dev/null)) INIT_ARGS=()
   [ -n "${INIT:-}" ] && INIT_ARGS=(--init "$INIT")
   log "train ${GEN[*]} ${INIT_ARGS[*]}"
   python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" "${INIT_ARGS[@]}" \
     --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
-    --ttt-steps "${TTT:-3}" --time-limit "$2" --output "$1" --features /root/features --quiet
+    --ttt-steps "${TTT:-3}" --max-seq-len "${MAX_SEQ:-640}" --time-limit "$2" --output "$1" --features /root/features --quiet
 }
 # pack NAME PATTERN...: the files of $OUT that match (existing ones only), as one archive
 pack() { local name=$1 f; shift; (cd "$OUT" && shopt -s nullglob && set -- $@ && for f; do shift; [ -e "$f" ] && set -- "$@" "$f"; done

@@ -75,7 +75,9 @@ def generated_sequences(tok: Any, rows: Sequence[dict[str, Any]], questions: dic
     """Answers the target wrote (benchmark records: 'id', 'text', run on the train split; or records that carry their
     own 'question', e.g. project/write_problems.py's answers to problems the target wrote) under the same prompt; a
     record with 'messages' (project/write_chat.py) is a conversation: those turns under the chat template with no
-    instruction (as Spec-Bench prompts), its last answer 'text'. No user turn may be an evaluation question."""
+    instruction (as Spec-Bench prompts), its last answer 'text'; each of its answers becomes a sequence (an earlier
+    one after the turns before it, ended as it ended: a follow-up was asked only after a finished answer). No user
+    turn may be an evaluation question."""
     end = _end_ids(tok)
     out, seen = [], set() if seen is None else seen  # a shared `seen`: a record in two files counts once
     for r in rows:
@@ -91,11 +93,18 @@ def generated_sequences(tok: Any, rows: Sequence[dict[str, Any]], questions: dic
         if key in seen:  # the spec and target records of a greedy run hold the same text
             continue
         seen.add(key)
-        text = tok.apply_chat_template(chat, add_generation_prompt=True) if isinstance(chat, list) else build_prompt(tok, q)
-        prompt = list(tok.encode(text))
-        ids = prompt + list(tok.encode(r["text"])) + (end if r.get("stop_reason") == "stop" else [])
-        if len(prompt) + 2 < max_len:
-            out.append(Sequence_(ids[:max_len], len(prompt), source))
+        if isinstance(chat, list):  # every answer of the conversation, each after the turns before it
+            answers = [(chat[:i], m["content"], "stop") for i, m in enumerate(chat) if m.get("role") == "assistant"]
+            answers.append((chat, r["text"], r.get("stop_reason")))
+        else:
+            answers = [(None, r["text"], r.get("stop_reason"))]
+        for before, answer, stop in answers:
+            text = tok.apply_chat_template(before, add_generation_prompt=True) if before is not None \
+                else build_prompt(tok, q)
+            prompt = list(tok.encode(text))
+            ids = prompt + list(tok.encode(answer)) + (end if stop == "stop" else [])
+            if len(prompt) + 2 < max_len:
+                out.append(Sequence_(ids[:max_len], len(prompt), source))
     return out
 
 
