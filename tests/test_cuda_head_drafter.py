@@ -95,6 +95,10 @@ def test_greedy_with_the_head_equals_the_target(models, setup, gamma):
         assert res.stats["drafted"] > 0 and res.stats["new_tokens"] == 40
         # a bare HeadDecoder is wrapped as the head's drafter; adaptive gamma passes through first steps of any size
         assert speculative_generate_cuda(target, hdec, prompt, 40, gamma=gamma, adaptive_gamma=True).tokens == ref
+        # the cost budget: 1..gamma drafts a round by the measured GPU times, the output still the target's
+        cost = speculative_generate_cuda(target, hdec, prompt, 40, gamma=gamma, adaptive_gamma="cost")
+        assert cost.tokens == ref and sum(cost.stats["draft_choices"].values()) == cost.stats["rounds"]
+        assert min(cost.stats["draft_choices"]) >= 1 and max(cost.stats["draft_choices"]) <= gamma
 
 
 # ------------------------------------------------------------------ (2) proposals == the CPU head's

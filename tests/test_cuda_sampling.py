@@ -276,6 +276,9 @@ def test_top_k_1_sampling_equals_greedy(gamma, draft_kind):
         generate_cuda(target, PROMPT * 3, 40).tokens
     adaptive = speculative_generate_cuda(target, draft, PROMPT, 40, one, gamma=gamma, adaptive_gamma=True)
     assert adaptive.tokens == greedy
+    for cfg in (None, one):  # the cost budget (1..gamma a round), greedy and sampled at top-k 1
+        assert speculative_generate_cuda(target, draft, PROMPT, 40, cfg, gamma=gamma, adaptive_gamma="cost").tokens \
+            == greedy
 
 
 def test_sampled_self_speculation_accepts_every_draft():

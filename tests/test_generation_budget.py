@@ -37,6 +37,21 @@ def test_choices_follow_expected_tokens_per_second():
     assert b.choose([1, 0, 0, 0], [20, 1, 0, 0]) == 0  # a_1 = 3 / 22: drafting loses to a plain step
 
 
+def test_least_keeps_every_round_drafting():
+    """least=1 (the CUDA-graph engine's budget): the second round drafts one, not none, and where drafting loses the
+    choice is one draft a round, never a plain step; where it pays, the same choice as without the floor."""
+    b = FixedCosts(4, t_d=0.3, slope=0.1, least=1)
+    assert b.choose([], []) == 4
+    b.record(4, 4, 0, 0)
+    assert b.choose([9, 8, 7, 6], [10, 9, 8, 7]) == 1  # the cheap end of the line, measured
+    b.record(1, 1, 0, 0)
+    assert b.choose([1, 0, 0, 0], [20, 1, 0, 0]) == 1  # drafting loses: the fewest drafts, not a plain step
+    acc, judged = [90, 80, 70, 60], [100, 90, 80, 70]
+    assert b.choose(acc, judged) == 3  # drafting pays: as without the floor (test above)
+    with pytest.raises(ValueError):
+        CostBudget(4, least=5)
+
+
 def test_rarely_judged_positions_follow_the_one_before():
     """A position judged once keeps little of that one judgement: its rate moves with the first position's, so a
     run whose first drafts are nearly always accepted goes on to try longer drafts."""

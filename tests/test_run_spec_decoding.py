@@ -198,7 +198,6 @@ def _run(*args: str) -> subprocess.CompletedProcess:
         (["--cpu-activations", "int8", "--backend", "cuda"], "--cpu-activations"),
         (["--cpu-activations", "int4"], "--cpu-activations"),
         (["--adaptive-gamma", "--draft-budget", "cost"], "choose one"),
-        (["--backend", "cuda", "--draft-budget", "cost"], "CPU engine"),
     ],
 )
 def test_flag_errors_exit_2_with_one_line(args, word):
@@ -346,7 +345,8 @@ def test_gamma_and_draft_extend_defaults(flags, want):
     ([], "cost"),  # the CPU engine drafts by its measured costs
     (["--draft-budget", "fixed"], False),
     (["--adaptive-gamma"], True),
-    (["--backend", "cuda"], False),  # the CUDA-graph engine has no budget yet: a fixed gamma
+    (["--backend", "cuda"], False),  # the CUDA-graph engine: a fixed gamma until its budget is measured
+    (["--backend", "cuda", "--draft-budget", "cost"], "cost"),  # asked for by name: 1..gamma a round
     (["--backend", "cuda", "--dtype", "float32"], "cost"),  # the eager CUDA backend runs the CPU engine's loop
 ])
 def test_draft_budget_defaults(flags, want):

@@ -17,7 +17,8 @@ row costs little on a GPU, more on a CPU). A draft position judged rarely takes 
 it (shrunk towards it with the weight of PRIOR judgements), so when the first draft's acceptance climbs the
 later ones follow and get tried, instead of staying at what one early round saw.
 
-The first round drafts gamma and the second none, so both ends of the verify line are measured. Where drafting
+The first round drafts gamma and the second none (or `least`, the fewest a round may draft), so both ends of the
+verify line are measured. Where drafting
 does not pay the run goes plain, and drafts once more ("a probe") only while what exploring has cost so far (the
 first round's and the probes' seconds beyond what plain steps would have taken for the tokens they gave) stays
 within EXPLORE of the run's time: a drafter that must catch up on the tokens it skipped (a draft model) probes
@@ -40,10 +41,15 @@ PROBE_MIN = 8  # plain rounds in a row before a probe
 class CostBudget:
     """The draft length of each round (choose) from the measured acceptance and costs (record)."""
 
-    def __init__(self, gamma: int, explore: float = EXPLORE, probe_min: int = PROBE_MIN) -> None:
+    def __init__(self, gamma: int, explore: float = EXPLORE, probe_min: int = PROBE_MIN, least: int = 0) -> None:
+        """least: the fewest drafts a round (0: plain target steps allowed; 1 on the CUDA-graph path, whose drafters
+        keep their state only by drafting every round: a verify row costs little there, so a round of one draft is
+        the cheap end of the line)."""
         if gamma < 1:
             raise ValueError(f"gamma must be >= 1, got {gamma}")
-        self.gamma, self.explore, self.probe_min = gamma, explore, probe_min
+        if not 0 <= least <= gamma:
+            raise ValueError(f"least must be in 0..gamma, got {least}")
+        self.gamma, self.explore, self.probe_min, self.least = gamma, explore, probe_min, least
         self.t_draft: float | None = None
         self.t_verify: dict[int, float] = {}  # rows -> running mean seconds
         self.rounds = 0
@@ -91,13 +97,13 @@ class CostBudget:
         self._probing = False
         if self.rounds == 0 or self.t_draft is None:
             g, self._probing = self.gamma, self.rounds == 0
-        elif 1 not in self.t_verify:
-            g = 0
+        elif self.least + 1 not in self.t_verify:
+            g = self.least
         else:
             def rate(n: int) -> float:
                 return self.expected_tokens(n, accepted, judged) / (n * self.t_draft + self.verify_seconds(n + 1))
 
-            g = max(range(self.gamma + 1), key=rate)
+            g = max(range(self.least, self.gamma + 1), key=rate)
             if g == 0 and self.plain_run >= self.probe_min and \
                     self.explored + (self.probe_cost or 0.0) <= self.explore * self.elapsed:
                 g, self._probing = 1, True

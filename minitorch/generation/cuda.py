@@ -47,6 +47,7 @@ import numpy as np
 
 from ..cuda.launch import LOOKUP_THREADS, SAMPLE_THREADS
 from .autoregressive import TokenCallback, autoregressive_result, check_request, emit
+from .budget import CostBudget
 from .sampling import SamplingConfig
 from .speculative import MAX_ADAPTIVE_GAMMA, next_gamma
 from .stats import GenerationResult, SpecStats, Timer
@@ -415,12 +416,14 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     cfg = cfg or SamplingConfig()
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma (draft length) must be an integer >= 1, got {gamma!r}")
-    if adaptive_gamma not in (False, True):
-        raise ValueError(f"adaptive_gamma {adaptive_gamma!r}: the CUDA-graph engine takes False or True (the cost "
-                         "budget runs on the CPU engine)")
+    if adaptive_gamma not in (False, True, "cost"):
+        raise ValueError(f"adaptive_gamma {adaptive_gamma!r}: the CUDA-graph engine takes False, True or 'cost'")
     if gamma > target.max_tokens - 1:
         raise ValueError(f"gamma must be at most {target.max_tokens - 1} (the target decoder's max_tokens - 1)")
-    limit = max(gamma, min(target.max_tokens - 1, MAX_ADAPTIVE_GAMMA)) if adaptive_gamma else gamma  # largest draft
+    limit = max(gamma, min(target.max_tokens - 1, MAX_ADAPTIVE_GAMMA)) if adaptive_gamma is True else gamma  # largest
+    # "cost": each round drafts 1..gamma by the measured acceptance and the rounds' GPU times (budget.py; at least one
+    # draft: the drafters keep their caches by drafting every round, and a verify row costs little here)
+    budget = CostBudget(gamma, least=1) if adaptive_gamma == "cost" else None
     prompt = [int(t) for t in prompt_ids]
     drafter = as_gpu_drafter(drafter)
     draft = drafter.device  # the draft decoder whose drafts and q rows the verify graph reads (None: host)
@@ -447,6 +450,8 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     out: list[int] = []
     g_now, first_T, done = gamma, 1, False
     while not done:
+        if budget is not None:
+            g_now = budget.choose(st.position_accepted, st.position_judged)
         g = min(g_now, max_new_tokens - len(out) - 1)  # a round emits at most g + 1 tokens
         events[0].record(stream)
         g, gq = drafter.draft(target, g, first_T, cfg)  # gq: the drafter's own tokens of the round
@@ -456,8 +461,10 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         _verify(target, draft, g, gq, lookup=bool(steps))
         events[2].record(stream)
         res = target.spec_out[:g + 2].get(stream=stream)  # waits for the round
-        st.timer.add("draft", cp.cuda.get_elapsed_time(events[0], events[1]) / 1e3)  # GPU time (ms -> s)
-        st.timer.add("verify", cp.cuda.get_elapsed_time(events[1], events[2]) / 1e3)
+        t_draft = cp.cuda.get_elapsed_time(events[0], events[1]) / 1e3  # GPU time (ms -> s)
+        t_verify = cp.cuda.get_elapsed_time(events[1], events[2]) / 1e3
+        st.timer.add("draft", t_draft)
+        st.timer.add("verify", t_verify)
         n = int(res[0])
         n_emit, done = emit([int(t) for t in res[1:n + 2]], out, max_new_tokens, stops)
         from_drafts = min(n_emit, n)
@@ -466,9 +473,13 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         if on_tokens is not None:
             on_tokens(out[len(out) - n_emit:])
         first_T = drafter.next_first_T(n, gq)  # a draft decoder feeds [d_gq, accepted lookups, next] or [next]
-        if adaptive_gamma:
+        if budget is not None:
+            budget.record(g, max(gq, 0) if draft is not None else 0, t_draft, t_verify, n_emit)
+        elif adaptive_gamma:
             g_now = min(next_gamma(g_now, g, n), limit)  # next_gamma stays within 1..MAX_ADAPTIVE_GAMMA
     stats = st.as_dict(time.perf_counter() - t0)
     stats["gamma"] = gamma
     stats["adaptive_gamma"] = adaptive_gamma
+    if budget is not None:
+        stats["draft_choices"] = {g: budget.choices.count(g) for g in sorted(set(budget.choices))}
     return GenerationResult(tokens=out, stop_reason="stop" if out and out[-1] in stops else "length", stats=stats)
