@@ -17,7 +17,8 @@ row costs little on a GPU, more on a CPU). A draft position judged rarely takes 
 it (shrunk towards it with the weight of PRIOR judgements), so when the first draft's acceptance climbs the
 later ones follow and get tried, instead of staying at what one early round saw.
 
-The first round drafts gamma and the second none (or `least`, the fewest a round may draft), so both ends of the
+The first two rounds draft gamma (the first one's drafting includes the drafter reading the prompt, so a draft step's
+cost is learnt from the second) and the third none (or `least`, the fewest a round may draft), so both ends of the
 verify line are measured. Where drafting
 does not pay the run goes plain, and drafts once more ("a probe") only while what exploring has cost so far (the
 first round's and the probes' seconds beyond what plain steps would have taken for the tokens they gave) stays
@@ -91,9 +92,9 @@ class CostBudget:
         return (1 - w) * self.t_verify[lo] + w * self.t_verify[hi]
 
     def choose(self, accepted: Sequence[int], judged: Sequence[int]) -> int:
-        """This round's draft length: gamma first, then none (both ends of the verify line measured), then the
-        best expected tokens a second; a probe of one draft after PROBE_MIN plain rounds while exploring stays
-        within its share of the time."""
+        """This round's draft length: gamma until a draft step's cost is known (the first two rounds), then none
+        (both ends of the verify line measured), then the best expected tokens a second; a probe of one draft after
+        PROBE_MIN plain rounds while exploring stays within its share of the time."""
         self._probing = False
         if self.rounds == 0 or self.t_draft is None:
             g, self._probing = self.gamma, self.rounds == 0
@@ -116,8 +117,11 @@ class CostBudget:
         it emitted."""
         self.rounds += 1
         self.elapsed += draft_seconds + verify_seconds
-        if drafted and (self.t_draft is None or self.plain_run == 0):  # a prompt lookup has no forwards
-            t = draft_seconds / (draft_forwards or drafted)  # (after plain rounds: a catch-up, not a step's cost)
+        # a draft step's cost: never from the first round (its first step runs the drafter over the whole prompt,
+        # which a head or draft model reads only then) nor after plain rounds (a catch-up), so from the second round
+        # on; a prompt lookup has no forwards
+        if drafted and self.rounds > 1 and (self.t_draft is None or self.plain_run == 0):
+            t = draft_seconds / (draft_forwards or drafted)
             self.t_draft = t if self.t_draft is None else (1 - EMA) * self.t_draft + EMA * t
         rows = drafted + 1
         old = self.t_verify.get(rows)

@@ -63,24 +63,43 @@ def dequantize(codes: np.ndarray, scale: np.ndarray, dtype: str) -> np.ndarray:
 def save_head(head: DraftHead, folder: Union[str, Path], dtype: str = "float32") -> Path:
     """head.safetensors (float32; float16: half the file, for drafting; int8 / int4: a quarter / an eighth, for
     shipping; training checkpoints keep float32) + head.json in `folder`, each written whole or not at all."""
+    arrays = {name: p.value.to_numpy() for name, p in head.named_parameters()}
+    return write_head(arrays, head.config.to_dict(), folder, dtype)
+
+
+def compress_head(src: Union[str, Path], folder: Union[str, Path], dtype: str = "int4") -> Path:
+    """A saved float head (src: its folder) written again into `folder` with its weights stored as `dtype`; head.json
+    (the target's fingerprint, the training record) as it was. No target needed."""
+    from safetensors.numpy import load_file
+
+    src = Path(src)
+    stored = _stored_dtype(src / WEIGHTS_FILE)
+    if stored not in ("float32", "float16"):
+        raise ModelLoadError(f"{src / WEIGHTS_FILE} is stored as {stored}: compress the float head it came from")
+    config = json.loads((src / CONFIG_FILE).read_text())
+    return write_head(load_file(str(src / WEIGHTS_FILE)), config, folder, dtype)
+
+
+def write_head(arrays: dict[str, np.ndarray], config: dict[str, Any], folder: Union[str, Path], dtype: str) -> Path:
+    """The two files of a head from its float weights (name -> array) and head.json's fields."""
     from safetensors.numpy import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    arrays: dict[str, np.ndarray] = {}
-    for name, p in head.named_parameters():
-        w = p.value.to_numpy()
+    out: dict[str, np.ndarray] = {}
+    for name, w in arrays.items():
+        w = np.asarray(w, dtype=np.float32)
         if dtype in ("int8", "int4") and w.ndim == 2:
-            arrays[name], arrays[name + ".scale"] = quantize(w, dtype)
+            out[name], out[name + ".scale"] = quantize(w, dtype)
         else:
-            arrays[name] = np.ascontiguousarray(w, dtype="float32" if dtype == "float32" else "float16")
+            out[name] = np.ascontiguousarray(w, dtype="float32" if dtype == "float32" else "float16")
     tmp = folder / (WEIGHTS_FILE + ".tmp")
-    save_file(arrays, str(tmp), metadata={"format": HEAD_FORMAT, "weights": dtype})
+    save_file(out, str(tmp), metadata={"format": HEAD_FORMAT, "weights": dtype})
     tmp.replace(folder / WEIGHTS_FILE)
     tmpc = folder / (CONFIG_FILE + ".tmp")
-    tmpc.write_text(json.dumps(head.config.to_dict(), indent=1) + "\n")
+    tmpc.write_text(json.dumps(config, indent=1) + "\n")
     tmpc.replace(folder / CONFIG_FILE)
     return folder
 
