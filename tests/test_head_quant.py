@@ -130,3 +130,27 @@ def test_a_loader_reading_the_nibbles_swapped_is_caught(target, tmp_path, monkey
     monkeypatch.setattr(head_io, "dequantize", swapped)
     with pytest.raises(AssertionError):
         _loaded_equals_codes(head, load_head(tmp_path / "q", target), "int4")
+
+
+def test_the_shipped_heads_are_whole_and_small():
+    """Every folder of heads/ (the drafters a fresh clone drafts with: --drafter auto) holds the files its SHA256SUMS
+    lists, byte for byte, a head.safetensors of at most 25 MB stored compressed, and a head.json naming its target's
+    fingerprint and how it was trained. A clone missing the weights (an ignore rule) fails here."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from minitorch.models.head_io import _stored_dtype
+
+    heads = Path(__file__).resolve().parents[1] / "heads"
+    folders = sorted(p.parent for p in heads.glob("*/SHA256SUMS"))
+    assert folders, "no shipped head"
+    for folder in folders:
+        sums = [line.split() for line in (folder / "SHA256SUMS").read_text().splitlines() if line.strip()]
+        assert {name for _, name in sums} >= {"head.safetensors", "head.json"}
+        for digest, name in sums:
+            assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, folder / name
+        assert (folder / "head.safetensors").stat().st_size <= 25_000_000
+        assert _stored_dtype(folder / "head.safetensors") in ("int4", "int8")
+        cfg = json.loads((folder / "head.json").read_text())
+        assert len(cfg["target_fingerprint"]) == 16 and cfg["training"]["steps"] > 0
