@@ -52,6 +52,11 @@
 #                        up to 1,024 new tokens a turn, for the time left; files in GEN_DIR (/root/chat), continued with
 #                        --resume by a later call on the same machine; copied gzipped to $OUT (commit under data/chat/)
 #
+#   bench-specbench NAME  Spec-Bench on the CUDA-graph path (all 480 questions, or PER (per category)), spec and target,
+#                        --drafter DRAFTER (head), HEAD_DIR (default: the shipped head) for a head, --draft-budget
+#                        BUDGET (fixed), EXTRA flags; resumable: /root/sb_NAME.jsonl goes on where the last call on
+#                        this machine stopped, for SB_LIMIT s (540) a call; the summary and texts come back each call
+#
 # A draft-head sitting: three calls on one machine after staging, each carrying [".whl", "minitorch/cuda_kernels"].
 # The head lives on the machine between calls (it goes back ~30 s after a call ends: issue the three calls in ONE
 # message) and comes back, in 15 MB parts, with the last. On a machine of two GPUs (nvidia-h200-x2) GPU 1 does the
@@ -246,6 +251,17 @@ print(f"answers: {len(rows)} conversations, {sum(r['generated_tokens'] for r in 
 PY
   for f in "$D"/requests.jsonl "$D"/answers.jsonl; do gzip -c "$f" > "$OUT/$(basename "$f").gz"; done
   ls -la "$OUT"
+  ;;
+bench-specbench)
+  real_env
+  NAME="${1:-head}"; F="/root/sb_$NAME.jsonl"; H=()
+  [ "${DRAFTER:-head}" = head ] && [ -n "${HEAD_DIR:-}" ] && H=(--head "$HEAD_DIR")
+  PAT='speedup|^spec |^target |identical|rc=|Error|error|^[a-z_]+ +[0-9]+ ' TAILN=20 run "sb_$NAME" "${SB_LIMIT:-540}" \
+      python3 project/benchmark_specbench.py --backend cuda --drafter "${DRAFTER:-head}" "${H[@]}" \
+      --draft-budget "${BUDGET:-fixed}" $( [ -n "${PER:-}" ] && echo --per-category "$PER" ) ${EXTRA:-} --no-plots \
+      --no-progress -o "$F" $( [ -s "$F" ] && echo --resume )
+  python3 project/benchmark_specbench.py summary "$F" > "$OUT/sb_${NAME}_summary.txt" 2>&1; tail -22 "$OUT/sb_${NAME}_summary.txt"
+  gzip -c "$F" > "$OUT/sb_$NAME.jsonl.gz"
   ;;
 train-head)
   real_env
