@@ -215,7 +215,7 @@ def _load_gpu(settings: Settings, need_draft: Optional[bool], progress: bool) ->
         return dec, tok, model
 
     target, tok, target_model = decoder(settings.target, gpu.target_mode)
-    s = decide_drafter(settings, target_model)  # --drafter auto: the cache's head for this target where there is one
+    s = decide_drafter(settings, target_model)  # --drafter auto: the cache's or the repository's head for this target
     head = None
     if s.drafter == "head":
         h = load_head_for(s.head, target_model)

@@ -46,7 +46,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    "--head is given or the cache holds one for this target and no flag of the draft model's is "
                    "given, else the draft model (gamma defaults: settings.default_gamma)")
     g.add_argument("--head", default=None, metavar="DIR",
-                   help="the draft head's folder for --drafter head or auto (default: the cache's head for this target)")
+                   help="the draft head's folder for --drafter head or auto (default: the cache's head for this target, "
+                        "else the one the repository ships for it in heads/)")
     g.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
                    help="where the models run: cpu (numba) or cuda (our kernels; needs a GPU and CuPy)")
     g.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
@@ -217,7 +218,8 @@ class Settings:
 
     def for_head(self, folder: Optional[Path]) -> "Settings":
         """The settings with --drafter auto decided and the defaults of gamma and --draft-extend filled in:
-        auto drafts with the head in `folder` (--head, or the cache's head for the target; None: there is none)
+        auto drafts with the head in `folder` (--head, or the cache's head for the target, else the repository's;
+        None: there is none)
         unless a flag of the draft model's was given, else with the draft model. The one step after loading."""
         drafter = self.drafter
         if drafter == "auto":

@@ -604,7 +604,7 @@ SPEC_BASES = (("ours_spec", "ours_target"), ("ours_spec_int8", "ours_target_int8
 
 
 def head_for(folder: Any, target: Any) -> Any:
-    """The draft head for `target` from `folder` (None: the cache's head for it, if one is saved there; else None), as
+    """The draft head for `target` from `folder` (None: cached_head's: the cache's, else the repository's; else None), as
     the CPU engine drafts with it (cli_common.cpu_head)."""
     from project.cli_common import cached_head, cpu_head
 
