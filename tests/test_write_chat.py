@@ -92,6 +92,24 @@ def test_requests_then_answers_end_to_end_resume_and_training(tiny, tmp_path, mo
     assert "Write a limerick about a cat." in prompt and "Please reason" not in prompt
 
 
+def test_resume_after_a_kill_mid_write_cuts_the_partial_line(tiny, tmp_path):
+    """A run killed while writing a record (SIGKILL, a machine's time limit) leaves a partial last line: --resume cuts
+    it and writes that item again, so the file holds each item once, every line whole. A bad line elsewhere stays an
+    error (the file is not a writer's)."""
+    req = tmp_path / "requests.jsonl"
+    _run(tiny, "requests", "--n", "2", "-o", str(req), "--max-new-tokens", "4")
+    whole = req.read_text()
+    req.write_text(whole + '{"id": "chat-2", "index": 2, "categ')  # cut off mid-record
+    _run(tiny, "requests", "--n", "3", "-o", str(req), "--max-new-tokens", "4", "--resume")
+    rows = [json.loads(line) for line in req.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["chat-0", "chat-1", "chat-2"] and req.read_text().startswith(whole)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n" + whole)
+    with pytest.raises(Exception, match="not a results record"):
+        wc.main(["requests", "--n", "3", "-o", str(bad), "--resume", "--target", str(tiny / "t"), "--drafter", "ngram",
+                 "--no-progress", "--max-new-tokens", "4"])
+
+
 def test_the_trainer_drops_a_conversation_holding_an_evaluation_question(tiny):
     from minitorch.models import load_model
     from project.evaluation.data import load_problems

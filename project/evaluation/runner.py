@@ -39,8 +39,8 @@ GenerateFn = Callable[[list[int], int, int], Any]  # (prompt_ids, max_new_tokens
 
 # ----------------------------------------------------------------------------- results files
 
-def read_results(path: str | Path, repair: bool = False) -> list[dict[str, Any]]:
-    """Records of a results JSONL file.
+def read_results(path: str | Path, repair: bool = False, keys: tuple[str, ...] = ("id", "mode")) -> list[dict[str, Any]]:
+    """Records of a results JSONL file (each holding `keys`: a benchmark's "id" and "mode"; a text writer's "id").
 
     A last line cut off by a kill mid-write is dropped (and, with `repair`, cut from the file so
     appending continues cleanly); a bad line elsewhere is an error.
@@ -65,7 +65,7 @@ def read_results(path: str | Path, repair: bool = False) -> list[dict[str, Any]]
                             f.truncate(pos)
                     break
                 rec = None
-            if not isinstance(rec, dict) or "id" not in rec or "mode" not in rec:
+            if not isinstance(rec, dict) or any(k not in rec for k in keys):
                 raise BenchmarkError(f"{path}:{n}: not a results record; is this a benchmark JSONL file?")
             records.append(rec)
         pos += len(line) + 1

@@ -75,11 +75,12 @@ def write_items(args: argparse.Namespace, items: Iterable[tuple[str, dict[str, A
     exit status."""
     from tqdm import tqdm
 
-    from project.evaluation.data import read_json_rows
     from project.evaluation.engine import load_engine
+    from project.evaluation.runner import read_results
 
     out = Path(args.output)
-    done = {r.get("id") for r in read_json_rows(out)} if out.exists() else set()
+    # a last line cut off by a kill mid-write (SIGKILL, a machine's time limit) is cut from the file, then resumed
+    done = {r["id"] for r in read_results(out, repair=True, keys=("id",))}
     todo = [(i, item) for i, item in items if i not in done]
     print(f"{args.step}: {len(todo)} to write, {len(done)} already in {out}", file=sys.stderr)
     if not todo:
