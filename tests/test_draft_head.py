@@ -146,6 +146,52 @@ def test_incremental_drafts_equal_the_head_over_the_whole_context(target):
     assert drafts == ref
 
 
+def test_the_head_reads_the_prompt_in_the_prefill(target, monkeypatch):
+    """The prompt's positions go through the head in the engine's prefill (one step over all but the last), so a
+    round's first step reads only the positions since the last round: the draft timer, and the draft budget that
+    learns a step's cost from it, see a round's work (a first round that read the whole prompt made a 4 ms head
+    step look like 33 ms on the CPU, and the budget then never drafted again). A drafter that defers the prompt to
+    its first propose is caught."""
+    model, tok, _ = target
+    prompt = tok.encode("Natalia sold clips to 48 of her friends in April, and then she sold half as many in May")
+    head = DraftHead(_cfg(model), model.backend, seed=2)
+    steps = []  # (rows, inside propose) of every head step
+    step, propose = DraftHead.draft_step, HeadDrafter.propose
+    inside = [False]
+
+    def counted(self, feats, *a, **k):
+        steps.append((int(feats.shape[1]), inside[0]))
+        return step(self, feats, *a, **k)
+
+    def proposing(self, *a, **k):
+        inside[0] = True
+        try:
+            return propose(self, *a, **k)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(DraftHead, "draft_step", counted)
+    monkeypatch.setattr(HeadDrafter, "propose", proposing)
+
+    def round_rows(drafter):
+        steps.clear()
+        res = speculative_generate(model, drafter, prompt, 20, SamplingConfig(), gamma=3)
+        assert res.tokens == generate(model, prompt, 20, SamplingConfig()).tokens
+        return [r for r, in_round in steps if in_round], [r for r, in_round in steps if not in_round]
+
+    in_rounds, in_prefill = round_rows(HeadDrafter(head, model))
+    assert in_prefill == [len(prompt) - 2] and max(in_rounds) <= 3 + 1  # then a round's new positions at most
+
+    class Deferring(HeadDrafter):  # the broken variant: the prompt is read by the first propose
+        def observe(self, feats):
+            self._prompt = None
+            super().observe(feats)
+
+    in_rounds, _ = round_rows(Deferring(head, model))
+    with pytest.raises(AssertionError):
+        assert max(in_rounds) <= 3 + 1
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_greedy_and_sampled_speculative_with_a_head_follow_the_target(target, temperature):
     model, tok, _ = target

@@ -25,9 +25,9 @@ Exactness: every kernel computes a token's values in an order that does not depe
 or on their number (the tensor-core GEMV of CudaDecoder(gemv="tc") in tiles of 16 tokens, the decode attention's
 fixed 32-key splits, the resnorm epilogue's row function), so a sequence's greedy output in a batch is its batch-1
 output bit for bit: equal to a CudaDecoder(gemv="tc") that prefills in chunks of at most 16 tokens (the exact
-prefill) and decodes one token a step, and rows never mix (tests/test_cuda_batch.py; greedy shown on an H200). Sampling
-draws row r's token with its own seed and counter (kernels/sampling.cu sample_rows_f32), written to be the draw a
-batch-1 decode with that seed makes; that test has not yet passed on a GPU (docs/results/h200_batch_decoding).
+prefill) and decodes one token a step, and rows never mix (tests/test_cuda_batch.py, passed on an H200). Sampling
+draws row r's token with its own seed and counter (kernels/sampling.cu sample_rows_f32), the draw a batch-1 decode
+with that seed makes (the same file's sampled test, passed on the H200 too: docs/results/h200_batch_decoding).
 """
 from __future__ import annotations
 
@@ -80,7 +80,6 @@ class BatchDecoder:
         self.stream = self.cp.cuda.Stream(non_blocking=True)
         self.graphs: Dict[Any, Any] = {}
         self.occupied: Dict[int, bool] = {}  # slot -> whether it samples (else greedy)
-        self.sampled_slots = 0  # occupied slots that sample: the decode graph runs the sampler while there are any
         self._host = np.frombuffer(self.cp.cuda.alloc_pinned_memory(8 * slots), np.int64, slots)
 
     # ------------------------------------------------------------------ setup
@@ -271,7 +270,6 @@ class BatchDecoder:
         self.stream.synchronize()
         for (slot, _, _), s in zip(entries, settings):
             self.occupied[int(slot)] = s[0] > 0
-            self.sampled_slots += s[0] > 0
         return [int(t) for t in first]
 
     def _arm(self, slots: np.ndarray, first: np.ndarray, lens: np.ndarray, settings: List[Tuple]) -> None:
@@ -289,7 +287,7 @@ class BatchDecoder:
 
     def step(self) -> List[int]:
         """One decode step of every occupied slot; returns the next token of every slot (free slots: meaningless)."""
-        sampled = self.sampled_slots > 0
+        sampled = any(self.occupied.values())  # the decode graph runs the sampler while a slot samples
         key = ("decode", sampled)
         g = self.graphs.get(key)
         with self.stream:
@@ -309,10 +307,8 @@ class BatchDecoder:
 
     def release(self, slot: int) -> None:
         """The slot's sequence is finished: the slot stops advancing until an admit fills it."""
-        sampled = self.occupied.pop(int(slot), None)
-        if sampled is None:
+        if self.occupied.pop(int(slot), None) is None:
             raise ValueError(f"slot {slot} holds no sequence")
-        self.sampled_slots -= sampled
         with self.stream:
             self.active[int(slot):int(slot) + 1] = 0
 

@@ -17,10 +17,10 @@ row costs little on a GPU, more on a CPU). A draft position judged rarely takes 
 it (shrunk towards it with the weight of PRIOR judgements), so when the first draft's acceptance climbs the
 later ones follow and get tried, instead of staying at what one early round saw.
 
-The first two rounds draft gamma (the first one's drafting includes the drafter reading the prompt, so a draft step's
-cost is learnt from the second) and the third none (or `least`, the fewest a round may draft), so both ends of the
-verify line are measured. Where drafting
-does not pay the run goes plain, and drafts once more ("a probe") only while what exploring has cost so far (the
+The first round is a warm-up: it drafts gamma and its acceptance counts, but not its seconds (right after the prefill
+a round runs cold: on a 2-core Zen 3 its 4-row verify took 118 ms where a warm one takes about 88, and one such figure
+sent every later round plain). The second drafts gamma too, the third none (or `least`, the fewest a round may
+draft), so both ends of the verify line are measured warm. Where drafting does not pay the run goes plain, and drafts once more ("a probe") only while what exploring has cost so far (the
 first round's and the probes' seconds beyond what plain steps would have taken for the tokens they gave) stays
 within EXPLORE of the run's time: a drafter that must catch up on the tokens it skipped (a draft model) probes
 seldom, a cheap one (a head, prompt lookup) often. A draft step's cost is learnt from rounds that follow a drafting
@@ -92,9 +92,9 @@ class CostBudget:
         return (1 - w) * self.t_verify[lo] + w * self.t_verify[hi]
 
     def choose(self, accepted: Sequence[int], judged: Sequence[int]) -> int:
-        """This round's draft length: gamma until a draft step's cost is known (the first two rounds), then none
-        (both ends of the verify line measured), then the best expected tokens a second; a probe of one draft after
-        PROBE_MIN plain rounds while exploring stays within its share of the time."""
+        """This round's draft length: gamma until a draft step's cost is measured (the warm-up round and the next),
+        then none (or `least`: both ends of the verify line measured), then the best expected tokens a second; a
+        probe of one draft after PROBE_MIN plain rounds while exploring stays within its share of the time."""
         self._probing = False
         if self.rounds == 0 or self.t_draft is None:
             g, self._probing = self.gamma, self.rounds == 0
@@ -117,15 +117,13 @@ class CostBudget:
         it emitted."""
         self.rounds += 1
         self.elapsed += draft_seconds + verify_seconds
-        # a draft step's cost: never from the first round (its first step runs the drafter over the whole prompt,
-        # which a head or draft model reads only then) nor after plain rounds (a catch-up), so from the second round
-        # on; a prompt lookup has no forwards
-        if drafted and self.rounds > 1 and (self.t_draft is None or self.plain_run == 0):
-            t = draft_seconds / (draft_forwards or drafted)
-            self.t_draft = t if self.t_draft is None else (1 - EMA) * self.t_draft + EMA * t
         rows = drafted + 1
-        old = self.t_verify.get(rows)
-        self.t_verify[rows] = verify_seconds if old is None else (1 - EMA) * old + EMA * verify_seconds
+        if self.rounds > 1:  # the first round is the warm-up: its acceptance counts, its seconds do not
+            if drafted and (self.t_draft is None or self.plain_run == 0):  # a prompt lookup has no forwards
+                t = draft_seconds / (draft_forwards or drafted)  # (after plain rounds: a catch-up, not a step's cost)
+                self.t_draft = t if self.t_draft is None else (1 - EMA) * self.t_draft + EMA * t
+            old = self.t_verify.get(rows)
+            self.t_verify[rows] = verify_seconds if old is None else (1 - EMA) * old + EMA * verify_seconds
         if self._probing:
             plain = self.t_verify.get(1, verify_seconds / rows)
             self.probe_cost = max(draft_seconds + verify_seconds - emitted * plain, 0.0)

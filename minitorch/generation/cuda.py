@@ -420,10 +420,10 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         raise ValueError(f"adaptive_gamma {adaptive_gamma!r}: the CUDA-graph engine takes False, True or 'cost'")
     if gamma > target.max_tokens - 1:
         raise ValueError(f"gamma must be at most {target.max_tokens - 1} (the target decoder's max_tokens - 1)")
-    limit = max(gamma, min(target.max_tokens - 1, MAX_ADAPTIVE_GAMMA)) if adaptive_gamma is True else gamma  # largest
     # "cost": each round drafts 1..gamma by the measured acceptance and the rounds' GPU times (budget.py; at least one
     # draft: the drafters keep their caches by drafting every round, and a verify row costs little here)
     budget = CostBudget(gamma, least=1) if adaptive_gamma == "cost" else None
+    limit = max(gamma, min(target.max_tokens - 1, MAX_ADAPTIVE_GAMMA)) if adaptive_gamma is True else gamma  # most drafts
     prompt = [int(t) for t in prompt_ids]
     drafter = as_gpu_drafter(drafter)
     draft = drafter.device  # the draft decoder whose drafts and q rows the verify graph reads (None: host)
@@ -474,7 +474,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
             on_tokens(out[len(out) - n_emit:])
         first_T = drafter.next_first_T(n, gq)  # a draft decoder feeds [d_gq, accepted lookups, next] or [next]
         if budget is not None:
-            budget.record(g, max(gq, 0) if draft is not None else 0, t_draft, t_verify, n_emit)
+            budget.record(g, gq if draft is not None else 0, t_draft, t_verify, n_emit)
         elif adaptive_gamma:
             g_now = min(next_gamma(g_now, g, n), limit)  # next_gamma stays within 1..MAX_ADAPTIVE_GAMMA
     stats = st.as_dict(time.perf_counter() - t0)

@@ -5,6 +5,10 @@ predicts x_{t+2}. The engine hands the drafter the target's features as it compu
 prompt's after prefill, then those of each round's emitted positions), so with a context x_0..x_{n-1} whose
 last token is the pending one, the features f_0..f_{n-2} are known and
 
+    prefill  the prompt's features arrive (the first observe after start): head positions 0..n-3 in one step,
+             during the engine's prefill, as a draft model reads the prompt in its start, so a round's first
+             step feeds only the positions since the last round
+
     feed   head positions k..n-2 (those not cached yet) in one step -> g_{n-2}, whose logits give d_1
     draft  d_i for i >= 2 from the head's own feature: position n-3+i reads (g_{n-4+i}, d_{i-1})
     trim   the head's cache back to n-1 positions: the drafted positions read guessed features
@@ -39,6 +43,7 @@ class HeadDrafter:
         self.cache: Any = None
         self._feats = np.zeros((0, head.config.hidden_size), dtype=np.float32)
         self._n_feats = 0
+        self._prompt: list[int] | None = None  # set by start until the prompt's features are read
 
     def start(self, prompt_ids: Sequence[int], max_len: int, vocab_size: int | None = None) -> None:
         """New generation: an empty head cache and feature buffer (features arrive through observe)."""
@@ -47,13 +52,19 @@ class HeadDrafter:
         self._feats = np.zeros((max_len, self.head.config.hidden_size), dtype=np.float32)
         self._n_feats = 0
         self.forwards = 0
+        self._prompt = [int(t) for t in prompt_ids]
 
     def observe(self, feats: Any) -> None:
-        """Append the target's features (T, D) (or (1, T, D), a Tensor or array) of the next context positions."""
+        """Append the target's features (T, D) (or (1, T, D), a Tensor or array) of the next context positions; the
+        prompt's (the first call after start) are read at once, all but the last position (the first round's)."""
         arr = np.asarray(feats.to_numpy() if hasattr(feats, "to_numpy") else feats, dtype=np.float32)
         arr = arr.reshape(-1, self._feats.shape[1])
         self._feats[self._n_feats:self._n_feats + arr.shape[0]] = arr
         self._n_feats += arr.shape[0]
+        prompt, self._prompt = self._prompt, None
+        if prompt is not None and self._n_feats >= 2 and self.cache.length == 0:
+            n = self._n_feats  # head positions 0..n-2 read f_0..f_{n-2}; the last waits for the first round
+            self._step(from_numpy(self._feats[:n - 1][None], backend=self.head.backend), prompt[1:n])
 
     def rollback(self, n_tokens: int) -> None:
         """Only the context's first n_tokens positions are still valid."""

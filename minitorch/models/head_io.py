@@ -70,14 +70,12 @@ def save_head(head: DraftHead, folder: Union[str, Path], dtype: str = "float32")
 def compress_head(src: Union[str, Path], folder: Union[str, Path], dtype: str = "int4") -> Path:
     """A saved float head (src: its folder) written again into `folder` with its weights stored as `dtype`; head.json
     (the target's fingerprint, the training record) as it was. No target needed."""
-    from safetensors.numpy import load_file
-
     src = Path(src)
     stored = _stored_dtype(src / WEIGHTS_FILE)
     if stored not in ("float32", "float16"):
         raise ModelLoadError(f"{src / WEIGHTS_FILE} is stored as {stored}: compress the float head it came from")
     config = json.loads((src / CONFIG_FILE).read_text())
-    return write_head(load_file(str(src / WEIGHTS_FILE)), config, folder, dtype)
+    return write_head(_load_stored(src / WEIGHTS_FILE), config, folder, dtype)
 
 
 def write_head(arrays: dict[str, np.ndarray], config: dict[str, Any], folder: Union[str, Path], dtype: str) -> Path:
@@ -130,10 +128,12 @@ def load_head(folder: Union[str, Path], target: Any, backend: Any = None) -> Dra
     stored = _stored_dtype(w_path)
     if stored not in DTYPES:
         raise ModelLoadError(f"draft head {w_path}: weights stored as {stored!r}, which this version cannot read")
+    # codes stay integers only as stored (read_safetensors widens every tensor to float32)
+    raw = _load_stored(w_path) if stored in ("int8", "int4") else {}
     for name, p in head.named_parameters():
         arr = arrays.get(name)
-        if stored in ("int8", "int4") and name + ".scale" in arrays:
-            arr = dequantize(_raw(w_path, name), _raw(w_path, name + ".scale"), stored)
+        if name + ".scale" in raw:
+            arr = dequantize(raw[name], raw[name + ".scale"], stored)
         if arr is None or tuple(arr.shape) != tuple(p.value.shape):
             got = None if arr is None else tuple(arr.shape)
             raise ModelLoadError(f"draft head {w_path}: weight {name} is {got}, expected {tuple(p.value.shape)}")
@@ -150,9 +150,8 @@ def _stored_dtype(path: Path) -> str:
         return (f.metadata() or {}).get("weights", "float32")
 
 
-def _raw(path: Path, name: str) -> np.ndarray:
-    """One tensor as stored (codes stay integers; read_safetensors widens everything to float32)."""
-    from safetensors import safe_open
+def _load_stored(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor as stored (int8 / uint8 codes, float16 scales)."""
+    from safetensors.numpy import load_file
 
-    with safe_open(str(path), framework="np") as f:
-        return f.get_tensor(name)
+    return load_file(str(path))
