@@ -134,3 +134,45 @@ def test_sampling_with_the_budget_follows_the_target_distribution():
         choices.add(tuple(b.choices))
     assert len(choices) > 3  # the seeds took different paths of draft lengths
     assert chi_square_pvalue(samples, exact_joint(SamplingConfig(**cfg_kwargs))) > ALPHA_SIG
+
+
+def test_the_gate_keeps_a_draft_where_its_chance_pays_its_row():
+    """The gated budget's gate (module docstring): before anything is measured, the CPU shares (a row 0.25 of a plain
+    step, a draft step 0.1); then the measured line's slope and t_draft over t_1, worked by hand."""
+    b = CostBudget(4, gated=True)
+    assert b.include(1, 0.26) and not b.include(1, 0.24)
+    assert b.extend(1, 0.36) and not b.extend(1, 0.34)
+    assert b.choose([], []) == 4  # the warm-up: its seconds are not learnt
+    b.record(2, 2, 0.5, 0.5, emitted=1)
+    assert b.choose([], []) == 0  # then a plain step: t_1, the value of a token
+    b.record(0, 0, 0.0, 0.050)
+    assert b.choose([], []) == 4
+    b.record(3, 3, 0.015, 0.089, emitted=4)  # 5 ms a draft step: after a plain round (a catch-up) ...
+    assert b.t_draft == pytest.approx(0.005)  # ... but none was known yet, so it is learnt
+    row = (0.089 - 0.050) / 3 / 0.050  # 0.26 of a step a row
+    assert b.row_share() == pytest.approx(row) and b.draft_share() == pytest.approx(0.1)
+    assert b.include(2, row + 0.01) and not b.include(2, row - 0.01)
+    assert b.extend(2, row + 0.11) and not b.extend(2, row + 0.09)
+    assert b.gain == pytest.approx(4 * 0.050 - 0.104)  # the round saved 96 ms over four plain steps
+
+
+def test_gated_rounds_draft_while_they_save_and_go_plain_with_probes_when_not():
+    """A round whose gate kept nothing still ran the drafter (a step, a plain verify): it saves less than nothing, so
+    such rounds turn the run plain, and a probe that saves turns it back."""
+    b = CostBudget(3, gated=True, probe_min=3, explore=0.05)
+    b.choose([], []), b.record(0, 1, 0.005, 0.05)  # the warm-up
+    b.choose([], []), b.record(0, 0, 0.0, 0.05)  # plain: t_1 = 50 ms
+    seen = []
+    for _ in range(60):
+        g = b.choose([], [])
+        seen.append(g)
+        b.record(0, 1 if g else 0, 0.005 if g else 0.0, 0.05)  # the gate keeps nothing: 55 ms for one token
+    assert seen[0] == 3 and b.gain < 0 and seen[-10:].count(0) >= 7  # plain but for probes
+    probes = [i for i, g in enumerate(seen) if g][1:]
+    assert probes and all(b - a > 3 for a, b in zip(probes, probes[1:]))
+    while b.choose([], []) == 0:
+        b.record(0, 0, 0.0, 0.05)
+    b.record(3, 3, 0.015, 0.09, emitted=4)  # a probe that drafts three accepted ones: 200 ms of tokens in 105
+    assert b.gain > 0 and b.choose([], []) == 3
+    with pytest.raises(ValueError):
+        CostBudget(3, gated=True, least=1)

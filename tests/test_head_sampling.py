@@ -2,7 +2,9 @@
 head's vocabulary (issue 43): the real HeadDrafter and DraftHead over a tiny real Qwen2 target of 6 token ids, the
 head proposing among the first 3 only (q is zero above them, the target still emits all 6). The chi-square harness of
 test_generation_distribution.py compares the joint distribution of 3 sampled tokens with the target's own, enumerated;
-a head drafter that reports q at temperature 1 while it samples at the configured one is shown to fail."""
+a head drafter that reports q at temperature 1 while it samples at the configured one is shown to fail. The same with
+the draft budget's gate (budget.py) cutting drafts by the head's confidence: still lossless, and a gate that judges the
+drawn draft instead of the distribution it is drawn from is shown to fail."""
 from __future__ import annotations
 
 
@@ -13,6 +15,7 @@ import minitorch
 from minitorch import FastBackend
 from minitorch.generation import SamplingConfig, logits_to_probs, speculative_generate
 from minitorch.generation import head_drafter as hd
+from minitorch.generation.budget import CostBudget
 from minitorch.generation.head_drafter import HeadDrafter
 from minitorch.models.draft_head import DraftHead, DraftHeadConfig
 from test_generation_distribution import ALPHA_SIG, pooled_pvalue
@@ -52,11 +55,41 @@ def exact_joint(target, cfg: SamplingConfig) -> dict[tuple[int, ...], float]:
 pvalue = pooled_pvalue  # tests/test_generation_distribution.py
 
 
-def run(target, head, n, seed0=0):
+GATE = 0.4  # the gate's bar: the head's first top probability here is 0.49 or 0.63, so a first draft is always kept,
+# and p after two is 0.34 or 0.43, so a second is kept about half the time
+
+
+class FixedGate(CostBudget):
+    """A gated budget whose every round drafts up to gamma, its gate keeping a draft where p >= GATE (a verify row's
+    share of a step; draft steps free), so which drafts are kept depends on each round's confidence. `kept` counts the
+    gate's answers."""
+
+    def __init__(self, gamma=3):
+        super().__init__(gamma, gated=True)
+        self.kept = {True: 0, False: 0}
+
+    def choose(self, accepted, judged):
+        self.choices.append(self.gamma)
+        return self.gamma
+
+    def row_share(self):
+        return GATE
+
+    def draft_share(self):
+        return 0.0
+
+    def include(self, n, p):
+        keep = super().include(n, p)
+        self.kept[keep] += 1
+        return keep
+
+
+def run(target, head, n, seed0=0, gate=None):
     samples, drafted, outside = [], 0, 0
     for seed in range(seed0, seed0 + n):
         res = speculative_generate(target, HeadDrafter(head, target), PROMPT, L, SamplingConfig(seed=seed, **CFG),
-                                   gamma=2, vocab_size=V)
+                                   gamma=2 if gate is None else gate.gamma, vocab_size=V,
+                                   adaptive_gamma=False if gate is None else gate)
         samples.append(tuple(res.tokens))
         drafted += res.stats["drafted"]
         outside += sum(t >= HEAD_VOCAB for t in res.tokens)
@@ -91,4 +124,44 @@ def test_a_head_drafter_with_the_wrong_q_is_caught(pair, monkeypatch):
     monkeypatch.setattr(hd, "logits_to_probs", reported_at_t1)
     monkeypatch.setattr(hd, "sample", lambda q, rng: real_sample(drawn["p"], rng))
     samples, _, _ = run(target, head, N // 4)
+    assert pvalue(samples, exact_joint(target, SamplingConfig(**CFG))) < ALPHA_SIG
+
+
+@pytest.mark.slow
+def test_head_sampling_with_the_gate_cutting_drafts_follows_the_target(pair):
+    target, head = pair
+    gate = FixedGate()
+    samples, drafted, _ = run(target, head, N, gate=gate)
+    assert gate.kept[True] > N and gate.kept[False] > N // 4  # drafts were kept and cut
+    assert pvalue(samples, exact_joint(target, SamplingConfig(**CFG))) > ALPHA_SIG
+
+
+@pytest.mark.slow
+def test_a_gate_that_judges_the_drawn_draft_is_caught(pair, monkeypatch):
+    """Power: a gate that keeps a draft by the probability of the token drawn (p * q(d)) instead of the distribution's
+    top one (known before the draw) keeps likely draws and drops unlikely ones, so a kept draft is no longer a draw from
+    q and the rule's p / q is wrong; it fails the test above with half the samples."""
+    target, head = pair
+    real_probs, real_sample = hd.logits_to_probs, hd.sample
+    state = {"rng": np.random.default_rng(7)}
+
+    def probs(row, cfg):
+        state["q"] = real_probs(row, cfg)
+        return state["q"]
+
+    class JudgesTheDraw(FixedGate):
+        def include(self, n, p):
+            if n == 1:
+                state["p"] = 1.0
+            state["tok"] = real_sample(state["q"], state["rng"])  # draw first ...
+            state["p"] *= float(state["q"][state["tok"]])
+            keep = state["p"] >= GATE  # ... then judge the draw
+            self.kept[keep] += 1
+            return keep
+
+    monkeypatch.setattr(hd, "logits_to_probs", probs)
+    monkeypatch.setattr(hd, "sample", lambda q, rng: state["tok"])
+    gate = JudgesTheDraw()
+    samples, _, _ = run(target, head, N // 2, gate=gate)
+    assert gate.kept[False] > 0
     assert pvalue(samples, exact_joint(target, SamplingConfig(**CFG))) < ALPHA_SIG

@@ -28,6 +28,21 @@ round, so a probe's catch-up does not make every later draft look dear.
 
 The choice depends only on rounds already finished, never on the tokens being drafted, so greedy output is the
 target's and sampling keeps the target's distribution, whatever g each round takes.
+
+A drafter that knows how sure it is (a head: its top probability, which tracks its acceptance closely: on 13
+Spec-Bench questions, drafts at confidence 0.0-0.2 were accepted 12% of the time, at 0.4-0.6 49%, at 0.9-1 95%)
+runs **gated** (`gated=True`): the budget decides only whether a round drafts at all, and the drafter asks the gate
+before each draft. With p the product of the drafts' confidences so far (the chance all of them are accepted),
+
+    include draft n   if p * t_1 >= the verify row it adds     (t_1: a plain step, the value of one token)
+    draft one more    if p * t_1 >= a draft step + its row
+
+with a row's and a step's seconds from the measured line t_verify(r) and t_draft (before they are measured, shares
+of a plain step seen on a 2-core CPU: ROW_SHARE, DRAFT_SHARE). The confidence is the drafter's distribution's top
+probability, known before the draft is drawn, so a draft that is kept is still a draw from q (lossless). Whether a
+round drafts comes from what drafting rounds saved: each one's `emitted * t_1 - its seconds`, a running mean; while
+it is below zero the run goes plain and probes as above. So a head that is seldom sure costs one draft step a round
+until the mean turns, then nothing but the probes; one that is sure where it is right drafts just there.
 """
 from __future__ import annotations
 
@@ -37,20 +52,27 @@ EMA = 0.3  # weight of a new measurement in the running means
 PRIOR = 2.0  # judgements' worth of the previous position's rate (the first position's: 0.5) in a position's rate
 EXPLORE = 0.03  # share of the run's time that the first round and the probes may cost beyond plain steps
 PROBE_MIN = 8  # plain rounds in a row before a probe
+GAIN_EMA = 0.2  # weight of a drafting round's saving in the gated budget's running mean
+ROW_SHARE = 0.25  # a verify row's seconds as a share of a plain step, until measured (2-core Zen 3: 13 ms of 48)
+DRAFT_SHARE = 0.1  # a draft step's seconds as a share of a plain step, until measured (a head there: 5 ms of 48)
 
 
 class CostBudget:
     """The draft length of each round (choose) from the measured acceptance and costs (record)."""
 
-    def __init__(self, gamma: int, explore: float = EXPLORE, probe_min: int = PROBE_MIN, least: int = 0) -> None:
+    def __init__(self, gamma: int, explore: float = EXPLORE, probe_min: int = PROBE_MIN, least: int = 0,
+                 gated: bool = False) -> None:
         """least: the fewest drafts a round (0: plain target steps allowed; 1 on the CUDA-graph path, whose drafters
         keep their state only by drafting every round: a verify row costs little there, so a round of one draft is
-        the cheap end of the line)."""
+        the cheap end of the line). gated: the drafter asks `include` / `extend` before each draft (module
+        docstring); each round is then gamma or none."""
         if gamma < 1:
             raise ValueError(f"gamma must be >= 1, got {gamma}")
         if not 0 <= least <= gamma:
             raise ValueError(f"least must be in 0..gamma, got {least}")
-        self.gamma, self.explore, self.probe_min, self.least = gamma, explore, probe_min, least
+        if gated and least:
+            raise ValueError("a gated budget lets rounds go plain: least must be 0")
+        self.gamma, self.explore, self.probe_min, self.least, self.gated = gamma, explore, probe_min, least, gated
         self.t_draft: float | None = None
         self.t_verify: dict[int, float] = {}  # rows -> running mean seconds
         self.rounds = 0
@@ -60,6 +82,9 @@ class CostBudget:
         self.probe_cost: float | None = None  # what the last probe (or the first round) cost beyond plain steps
         self.choices: list[int] = []
         self._probing = False
+        self.gain: float | None = None  # gated: running mean of the seconds a drafting round saved over plain steps
+        self._unpriced: list[tuple[int, float]] = []  # gated: (emitted, seconds) of drafting rounds before t_1 is known
+        self._ran = False  # the last round ran the drafter
 
     def rates(self, g: int, accepted: Sequence[int], judged: Sequence[int]) -> list[float]:
         """a_1..a_g: a position's counts shrunk towards the rate of the position before it (PRIOR judgements)."""
@@ -96,7 +121,9 @@ class CostBudget:
         then none (or `least`: both ends of the verify line measured), then the best expected tokens a second; a
         probe of one draft after PROBE_MIN plain rounds while exploring stays within its share of the time."""
         self._probing = False
-        if self.rounds == 0 or self.t_draft is None:
+        if self.gated:
+            g = self._choose_gated()
+        elif self.rounds == 0 or self.t_draft is None:
             g, self._probing = self.gamma, self.rounds == 0
         elif self.least + 1 not in self.t_verify:
             g = self.least
@@ -118,14 +145,64 @@ class CostBudget:
         self.rounds += 1
         self.elapsed += draft_seconds + verify_seconds
         rows = drafted + 1
+        ran = bool(draft_forwards or drafted)
         if self.rounds > 1:  # the first round is the warm-up: its acceptance counts, its seconds do not
-            if drafted and (self.t_draft is None or self.plain_run == 0):  # a prompt lookup has no forwards
-                t = draft_seconds / (draft_forwards or drafted)  # (after plain rounds: a catch-up, not a step's cost)
+            # a step's cost from a round after a drafting one (after plain rounds: a catch-up, not a step's cost)
+            after_drafting = self._ran if self.gated else self.plain_run == 0
+            if ran and (self.gated or drafted) and (self.t_draft is None or after_drafting):
+                t = draft_seconds / (draft_forwards or drafted)  # a prompt lookup has no forwards
                 self.t_draft = t if self.t_draft is None else (1 - EMA) * self.t_draft + EMA * t
             old = self.t_verify.get(rows)
             self.t_verify[rows] = verify_seconds if old is None else (1 - EMA) * old + EMA * verify_seconds
+            if self.gated and ran:
+                self._unpriced.append((emitted, draft_seconds + verify_seconds))
+            if self.gated and 1 in self.t_verify:
+                for n, secs in self._unpriced:
+                    saved = n * self.t_verify[1] - secs
+                    self.gain = saved if self.gain is None else (1 - GAIN_EMA) * self.gain + GAIN_EMA * saved
+                self._unpriced.clear()
+        self._ran = ran
         if self._probing:
             plain = self.t_verify.get(1, verify_seconds / rows)
             self.probe_cost = max(draft_seconds + verify_seconds - emitted * plain, 0.0)
             self.explored += self.probe_cost
-        self.plain_run = 0 if drafted else self.plain_run + 1
+        self.plain_run = 0 if (ran if self.gated else drafted) else self.plain_run + 1
+
+    def _choose_gated(self) -> int:
+        """gamma (the drafter's gate decides how many) or none: the warm-up drafts, the next round is plain (t_1), then
+        draft while drafting rounds have saved time on the whole (or none is priced yet), else plain with probes."""
+        if self.rounds == 0:
+            self._probing = True
+            return self.gamma
+        if 1 not in self.t_verify:
+            return 0
+        if self.gain is None or self.gain > 0:
+            return self.gamma
+        if self.plain_run >= self.probe_min and self.explored + (self.probe_cost or 0.0) <= self.explore * self.elapsed:
+            self._probing = True
+            return self.gamma
+        return 0
+
+    def row_share(self) -> float:
+        """A verify row's seconds over a plain step's: the slope of the measured line t_verify(r) from r = 1 to the
+        most rows measured, over t_verify(1); ROW_SHARE until two row counts are measured."""
+        most = max(self.t_verify, default=1)
+        if 1 not in self.t_verify or most == 1:
+            return ROW_SHARE
+        return max(self.t_verify[most] - self.t_verify[1], 0.0) / (most - 1) / self.t_verify[1]
+
+    def draft_share(self) -> float:
+        """A draft step's seconds over a plain step's (DRAFT_SHARE until both are measured)."""
+        if self.t_draft is None or 1 not in self.t_verify:
+            return DRAFT_SHARE
+        return self.t_draft / self.t_verify[1]
+
+    def include(self, n: int, p: float) -> bool:
+        """The gate: keep the n-th draft, which is accepted together with every one before it with probability
+        about p, if that chance of a token pays the verify row it adds (p * t_1 >= the row's seconds)."""
+        return p >= self.row_share()
+
+    def extend(self, n: int, p: float) -> bool:
+        """The gate: draft after the n-th (all n accepted with probability about p) if even a sure next draft would
+        pay its draft step and its row."""
+        return p >= self.draft_share() + self.row_share()

@@ -28,10 +28,18 @@ from .. import from_numpy, tensor as make_tensor
 from .sampling import SamplingConfig, logits_rows, logits_to_probs, sample
 
 
+def top_probability(logits: np.ndarray) -> float:
+    """The largest softmax probability of a row of logits: 1 / sum(exp(z - max z))."""
+    z = np.asarray(logits, dtype=np.float64)
+    return float(1.0 / np.exp(z - z.max()).sum())
+
+
 class HeadDrafter:
-    """The Drafter protocol (drafters.py) plus `needs_hidden` / `observe(features)` for the engine."""
+    """The Drafter protocol (drafters.py) plus `needs_hidden` / `observe(features)` for the engine, and `gated`: its
+    propose takes a gate (budget.py) and asks it before each draft."""
 
     needs_hidden = True
+    gated = True
 
     def __init__(self, head: Any, target: Any) -> None:
         self.head, self.target = head, target
@@ -82,8 +90,11 @@ class HeadDrafter:
         self.forwards += 1
         return last, logits_rows(logits, n_head)[-1]
 
-    def propose(self, tokens: Sequence[int], gamma: int, cfg: SamplingConfig,
-                rng: np.random.Generator) -> tuple[list[int], np.ndarray | None]:
+    def propose(self, tokens: Sequence[int], gamma: int, cfg: SamplingConfig, rng: np.random.Generator,
+                gate: Any = None) -> tuple[list[int], np.ndarray | None]:
+        """Up to gamma drafts; with a gate (budget.py's gated CostBudget) fewer: before draft i the gate is asked with
+        p, the product of the head's top probabilities so far (its confidence, read before the draw: a kept draft is
+        still a draw from q), whether to keep it (`include`) and whether to run the step for the next (`extend`)."""
         n = len(tokens)
         if self._n_feats < n - 1:
             raise RuntimeError(f"the head has features for {self._n_feats} positions, needs {n - 1}: the engine "
@@ -99,17 +110,26 @@ class HeadDrafter:
         drafts: list[int] = []
         qs: list[np.ndarray] = []
         n_head = row.shape[0]
+        p = 1.0
         for i in range(gamma):
             if cfg.greedy:
                 tok = int(np.argmax(row))
+                if gate is not None:
+                    p *= top_probability(row)
             else:
                 q = logits_to_probs(row, cfg)
+                p *= float(q.max())
+            if gate is not None and not gate.include(i + 1, p):
+                break
+            if not cfg.greedy:
                 tok = sample(q, rng)
                 if n_head < self._vocab:  # the distribution over the whole shared vocabulary
                     q = np.concatenate([q, np.zeros(self._vocab - n_head, dtype=q.dtype)])
                 qs.append(q)
             drafts.append(tok)
             if i + 1 < gamma:
+                if gate is not None and not gate.extend(i + 1, p):
+                    break
                 g, row = self._step(g, [tok])
         self.cache.truncate(n - 1)
         return drafts, (np.stack(qs) if qs else None)

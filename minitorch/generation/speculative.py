@@ -143,8 +143,11 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     context = list(prompt)
     out: list[int] = []
     g_now = gamma
+    gated = bool(getattr(drafter, "gated", False))  # a drafter that asks the budget before each draft (a head)
     budget = adaptive_gamma if isinstance(adaptive_gamma, CostBudget) else (
-        CostBudget(gamma) if adaptive_gamma == "cost" else None)
+        CostBudget(gamma, gated=gated) if adaptive_gamma == "cost" else None)
+    gate = budget if budget is not None and budget.gated and gated else None
+    closed = 0
     done = False
     while not done:
         if budget is not None:
@@ -157,8 +160,10 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
         if g > 0:
             with timer("draft"):
                 f0 = drafter.forwards
-                drafts, q = drafter.propose(context, g, cfg, rng)
+                drafts, q = (drafter.propose(context, g, cfg, rng) if gate is None
+                             else drafter.propose(context, g, cfg, rng, gate=gate))
                 st.draft_forwards += drafter.forwards - f0
+                closed += not drafts
         with timer("verify"):
             rows, feats = verify(target, cache, context[-1], drafts, vocab, wants_feats)  # (g+1, V)
         with timer("sample"):
@@ -187,5 +192,7 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     stats["adaptive_gamma"] = "cost" if budget is not None else adaptive_gamma
     if budget is not None:
         stats["plain_rounds"] = budget.choices.count(0)
+        if budget.gated:
+            stats["gate_closed_rounds"] = closed  # rounds the drafter ran whose gate kept no draft
     stop_reason = "stop" if out and out[-1] in stops else "length"
     return GenerationResult(tokens=out, stop_reason=stop_reason, stats=stats)
