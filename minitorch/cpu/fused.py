@@ -167,13 +167,21 @@ def silu_mul_flat(out, g, u, n):
         out[i] = g[i] / (np.float32(1.0) + out[i]) * u[i]  # exp overflow -> inf -> 0
 
 
+NO_MASK = np.zeros((0, 0), dtype=np.uint8)  # the attention kernels' mask argument of a causal step
+
+
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=True)
-def _attend_task(out, q, qs, k, ks, v, vs, bi, kh, hq, hkv, t_len, d, length, scale, q_start):
+def _attend_task(out, q, qs, k, ks, v, vs, bi, kh, hq, hkv, t_len, d, length, scale, q_start, mask):
     """One (batch, kv head) task: the G query heads sharing kv head kh, all T query positions, so each
     K/V row is read once per query position. q (B,Hq,T,D) / k,v (B,Hkv,L,D) read through strides
-    qs/ks/vs (4 each); out contiguous (B,Hq,T,D). Query t sees keys 0..q_start+t."""
+    qs/ks/vs (4 each); out contiguous (B,Hq,T,D). Query t sees keys 0..q_start+t; with a mask (T, T)
+    (a tree step; NO_MASK: none) only those of the step's own keys q_start + j where mask[t, j] (the
+    node itself and its ancestors). The keys a query sees are gathered in key order into one row of
+    scores, so its sums run over the same values in the same order as a causal step over those keys."""
     g = hq // hkv
+    tree = mask.shape[0] > 0
     scores = np.empty((g, length), dtype=np.float32)
+    seen = np.empty(length, dtype=np.int64)
     qbuf = np.empty((g, d), dtype=np.float32)
     acc = np.empty((g, d), dtype=np.float32)
     rowbuf = np.empty(d, dtype=np.float32)
@@ -185,8 +193,11 @@ def _attend_task(out, q, qs, k, ks, v, vs, bi, kh, hq, hkv, t_len, d, length, sc
             qr = qbuf[gi]
             for e in range(d):
                 qr[e] = q[qb + e * qs[3]] * scale
-        n_keys = min(q_start + t + 1, length)
-        for j in range(n_keys):   # scores = (q * scale) . k_j for the G heads
+        n_keys = 0
+        for j in range(min(q_start + t + 1, length)):   # scores = (q * scale) . k_j for the G heads
+            if tree and j >= q_start and mask[t, j - q_start] == 0:
+                continue
+            seen[n_keys] = j
             kp = kb + j * ks[2]
             if ks[3] == 1:
                 kr = k[kp:kp + d]
@@ -199,7 +210,8 @@ def _attend_task(out, q, qs, k, ks, v, vs, bi, kh, hq, hkv, t_len, d, length, sc
                 s = np.float32(0.0)
                 for e in range(d):
                     s += qr[e] * kr[e]
-                scores[gi, j] = s
+                scores[gi, n_keys] = s
+            n_keys += 1
         for gi in range(g):       # softmax over the visible keys
             row = scores[gi, :n_keys]
             m = _max(row, n_keys)
@@ -210,8 +222,8 @@ def _attend_task(out, q, qs, k, ks, v, vs, bi, kh, hq, hkv, t_len, d, length, sc
             for j in range(n_keys):
                 row[j] *= inv
         acc[:, :] = 0.0
-        for j in range(n_keys):   # out = sum_j p_j v_j
-            vp = vb + j * vs[2]
+        for c in range(n_keys):   # out = sum_j p_j v_j
+            vp = vb + seen[c] * vs[2]
             if vs[3] == 1:
                 vr = v[vp:vp + d]
             else:
@@ -219,7 +231,7 @@ def _attend_task(out, q, qs, k, ks, v, vs, bi, kh, hq, hkv, t_len, d, length, sc
                     rowbuf[e] = v[vp + e * vs[3]]
                 vr = rowbuf
             for gi in range(g):
-                p = scores[gi, j]
+                p = scores[gi, c]
                 ar = acc[gi]
                 for e in range(d):
                     ar[e] += p * vr[e]
@@ -232,14 +244,15 @@ def _attend_task(out, q, qs, k, ks, v, vs, bi, kh, hq, hkv, t_len, d, length, sc
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def attention_serial(out, q, qs, k, ks, v, vs, b_n, hq, hkv, t_len, d, length, scale, q_start):
-    """Causal GQA attention, one thread (decode: little work, no thread wake-up cost)."""
+def attention_serial(out, q, qs, k, ks, v, vs, b_n, hq, hkv, t_len, d, length, scale, q_start, mask):
+    """Causal GQA attention (mask: NO_MASK, or a tree step's, _attend_task), one thread (decode: little work, no
+    thread wake-up cost)."""
     for bk in range(b_n * hkv):
-        _attend_task(out, q, qs, k, ks, v, vs, bk // hkv, bk % hkv, hq, hkv, t_len, d, length, scale, q_start)
+        _attend_task(out, q, qs, k, ks, v, vs, bk // hkv, bk % hkv, hq, hkv, t_len, d, length, scale, q_start, mask)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def attention_parallel(out, q, qs, k, ks, v, vs, b_n, hq, hkv, t_len, d, length, scale, q_start):
-    """Causal GQA attention, (batch, kv head) tasks spread over threads (prefill)."""
+def attention_parallel(out, q, qs, k, ks, v, vs, b_n, hq, hkv, t_len, d, length, scale, q_start, mask):
+    """Causal GQA attention (mask as attention_serial's), (batch, kv head) tasks spread over threads (prefill)."""
     for bk in prange(b_n * hkv):
-        _attend_task(out, q, qs, k, ks, v, vs, bk // hkv, bk % hkv, hq, hkv, t_len, d, length, scale, q_start)
+        _attend_task(out, q, qs, k, ks, v, vs, bk // hkv, bk % hkv, hq, hkv, t_len, d, length, scale, q_start, mask)

@@ -19,6 +19,7 @@ from ..module import Module, Parameter
 from ..tensor import Tensor
 from .config import Qwen2Config
 from .kv_cache import KVCache
+from .tree_step import tree_layout
 
 
 def _unset() -> Parameter:
@@ -263,7 +264,7 @@ class Qwen2ForCausalLM(Module):
 
     def forward(self, ids: Union[Tensor, Sequence[int]], cache: Optional[KVCache] = None,
                 last_n: Optional[int] = None, head_rows: Optional[int] = None,
-                return_hidden: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]:
+                return_hidden: bool = False, parents: Optional[Sequence[int]] = None) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """Logits (1, T, V) for ids (1, T); with a cache, positions continue from cache.length. Without a cache
         ids may be a batch (B, T) of sequences (right-padded: a causal position never reads a later one), e.g.
         the target's features for training a draft head.
@@ -271,7 +272,9 @@ class Qwen2ForCausalLM(Module):
         last_n: only return logits for the last n positions, (1, n, V); a prefill that needs just the
         next-token distribution skips most of the vocabulary projection (V x D per position).
         head_rows: only the logits of token ids 0 .. head_rows-1, (1, T, head_rows): a draft restricted
-        to the common tokens reads a slice of the vocabulary projection (a view, no copy)."""
+        to the common tokens reads a slice of the vocabulary projection (a view, no copy).
+        parents: a tree step (models/tree_step.py): row t under row parents[t] (-1: under the cache), at position
+        cache.length + its depth, seeing the cache, its ancestors and itself; the CPU's one-call forward only."""
         if not isinstance(ids, Tensor):
             ids = make_tensor([list(ids)], dtype="int64", backend=self.backend)
         if ids.dims != 2 or ids.shape[0] < 1 or (ids.shape[0] != 1 and cache is not None):
@@ -287,8 +290,14 @@ class Qwen2ForCausalLM(Module):
         if last_n is not None and not 1 <= last_n <= t:
             raise ValueError(f"last_n must be in [1, {t}], got {last_n}")
         stack = self._fused(head_rows) if ids.shape[0] == 1 else None
+        tree = None
+        if parents is not None:
+            if stack is None or cache is None or len(parents) != t:
+                raise ValueError("a tree step (parents=) needs a cache, one parent a row and the CPU's one-call forward "
+                                 "(packed weights, float32 activations, no gradient)")
+            tree = tree_layout(parents, start)  # positions up to start + t - 1: the tables cover them
         if stack is not None:
-            return self._fused_forward(stack, ids, cache, last_n, return_hidden)
+            return self._fused_forward(stack, ids, cache, last_n, return_hidden, tree)
         h = self.model.embed_tokens(ids)  # (1, T, D)
         for i in range(len(self.model.layers)):
             h = self.model.layers[i](h, cos, sin, cache, i)
@@ -334,12 +343,13 @@ class Qwen2ForCausalLM(Module):
         return stack if self.backend.decoder_supports(stack) else None
 
     def _fused_forward(self, stack: Any, ids: Tensor, cache: Optional[KVCache], last_n: Optional[int],
-                       return_hidden: bool) -> Union[Tensor, tuple[Tensor, Tensor]]:
+                       return_hidden: bool, tree: Optional[tuple] = None) -> Union[Tensor, tuple[Tensor, Tensor]]:
         from .. import from_numpy
 
+        extra = {} if tree is None else {"tree": tree}
         logits, hidden = self.backend.decoder_forward(
             stack, ids=np.ascontiguousarray(ids.to_numpy()[0], dtype=np.int64), cache=cache, last_n=last_n,
-            return_hidden=return_hidden)
+            return_hidden=return_hidden, **extra)
         out = from_numpy(logits[None], backend=self.backend)
         return (out, from_numpy(hidden[None], backend=self.backend)) if return_hidden else out
 
