@@ -79,7 +79,8 @@ class Models:
                            head=self.head if kind == "head" else None, gamma=gamma or s.gamma,
                            extend=s.extend if kind == "model" else 0,
                            propose_vocab=s.draft_vocab if kind == "model" else 0,
-                           adaptive=s.adaptive if adaptive is None else adaptive)
+                           adaptive=s.adaptive if adaptive is None else adaptive,
+                           tree=s.tree if kind == "head" else None)
         return make_engine(self.target, spec, sampling or s.sampling, self.stop_ids, self.vocab_size)
 
 

@@ -106,7 +106,7 @@ def add_sampling_args(p: argparse.ArgumentParser, default_max_new_tokens: int = 
 
 
 def add_spec_args(p: argparse.ArgumentParser) -> None:
-    """--gamma, --adaptive-gamma, --draft-vocab, --draft-extend."""
+    """--gamma, --adaptive-gamma, --draft-budget, --draft-vocab, --draft-tree, --draft-extend."""
     g = p.add_argument_group("speculative decoding")
     g.add_argument("--gamma", type=int, default=None,
                    help="tokens drafted a round (default by drafter and engine, settings.default_gamma: 4; 3 for a "
@@ -124,6 +124,11 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-vocab", type=int, default=0,
                    help="the draft model proposes only among the first N token ids (BPE ids run roughly by "
                         "frequency), computing that slice of its vocabulary projection; lossless; 0 = all")
+    g.add_argument("--draft-tree", default=None, metavar="K,D,N",
+                   help="the draft head proposes a tree a round instead of a chain: the K most probable tokens under "
+                        "each of the K best nodes of a level, D levels, the N best nodes kept (EAGLE-2's selection), "
+                        "all verified in one target step whose rows see only their own ancestors; greedy, CPU engine "
+                        "(minitorch/generation/tree_decoding.py). Default: none (chains)")
     g.add_argument("--draft-extend", type=int, default=None, metavar="N",
                    help="after the draft model's gamma tokens, up to N more by prompt lookup (the n-gram "
                         "continuation of context + drafts: no draft forward, only verify rows; lossless). "
@@ -201,6 +206,7 @@ class Settings:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 128
     batch: int = 1  # --batch: sequences decoded at once, the target alone (drafter "none") when > 1
+    tree: Optional[tuple[int, int, int]] = None  # --draft-tree K,D,N: a draft tree a round (the head, greedy, CPU)
 
     @property
     def graphs(self) -> bool:
@@ -224,6 +230,8 @@ class Settings:
         drafter = self.drafter
         if drafter == "auto":
             drafter = "head" if folder is not None and not self.model_flags else "model"
+        if self.tree is not None and drafter != "head":
+            raise UserError("--draft-tree is drafted by a draft head, and none is found for this target (--head DIR)")
         extend = self.extend if self.extend is not None else default_extend(drafter, self)
         gamma = self.gamma if self.gamma is not None else default_gamma(drafter, self.graphs,
                                                                         extend if self.extend is None else 0)
@@ -244,6 +252,8 @@ class Settings:
             config["head"] = self.head or "default"
         if self.extend:  # only when on, so earlier result files still resume
             config["draft_extend"] = self.extend
+        if self.tree and self.drafter == "head":  # likewise
+            config["draft_tree"] = list(self.tree)
         if self.backend == "cuda":  # which GPU paths ran; the cpu's settings stay as before, so its old results resume
             config["gpu"] = self.gpu.record()
         return config
@@ -296,6 +306,7 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
         given = [f"--drafter {drafter}" if drafter != "auto" else "", "--head" if get("head", None) else "",
                  "--draft" if get("draft", d.draft) != d.draft else "", "--gamma" if gamma is not None else "",
                  "--draft-extend" if extend is not None else "", "--draft-vocab" if draft_vocab else "",
+                 "--draft-tree" if get("draft_tree", None) else "",
                  "--adaptive-gamma" if get("adaptive_gamma", False) else "",
                  f"--draft-budget {get('draft_budget', 'auto')}" if get("draft_budget", "auto") != "auto" else ""]
         flag = next((f for f in given if f), None)
@@ -315,6 +326,15 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
         raise UserError("--draft-extend continues a draft model's tokens: it needs --drafter model")
     if get("head", None) and drafter not in ("head", "auto"):
         raise UserError(f"--head names a draft head: it needs --drafter head (or auto), not --drafter {drafter}")
+    tree = parse_tree(get("draft_tree", None))
+    if tree is not None:
+        if drafter not in ("head", "auto"):
+            raise UserError(f"--draft-tree is drafted by a draft head: it needs --drafter head (or auto), not "
+                            f"--drafter {drafter}")
+        if get("temperature", 0.0) > 0:
+            raise UserError("--draft-tree is greedy only (sampling keeps chains): drop --temperature or the tree")
+        if backend == "cuda":
+            raise UserError("--draft-tree runs on the CPU engine only so far (the GPU's trees are issue 44's next step)")
     if backend != "cuda" and dtype == "bfloat16":
         raise UserError("--dtype bfloat16 needs --backend cuda")
     budget, adaptive_flag = get("draft_budget", "auto"), bool(get("adaptive_gamma", False))
@@ -336,7 +356,22 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
                         prefill=get("gpu_prefill", "graph")),
         gamma=gamma, extend=extend, draft_vocab=draft_vocab,
         adaptive=True if adaptive_flag else default_budget(budget, graphs),
-        sampling=sampling, max_new_tokens=max_new, batch=batch)
+        sampling=sampling, max_new_tokens=max_new, batch=batch, tree=tree)
+
+
+def parse_tree(text: Optional[str]) -> Optional[tuple[int, int, int]]:
+    """--draft-tree K,D,N as (top_k, depth, budget), each >= 1 (N at most 15: a verify of N + 1 rows stays within the
+    CPU's exact row kernel, packed.MAX_ROWS); None when not given; anything else one line."""
+    if text is None:
+        return None
+    parts = str(text).split(",")
+    try:
+        k, d, n = (int(x) for x in parts)
+    except ValueError:
+        raise UserError(f"--draft-tree takes K,D,N (three integers: top-k, depth, nodes), got {text!r}") from None
+    if min(k, d, n) < 1 or n > 15:
+        raise UserError(f"--draft-tree K,D,N needs K, D, N >= 1 and N <= 15, got {text!r}")
+    return k, d, n
 
 
 def cpu_activations(mode: str, backend: str) -> str:

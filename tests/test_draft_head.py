@@ -180,7 +180,7 @@ def test_the_head_reads_the_prompt_in_the_prefill(target, monkeypatch):
         return [r for r, in_round in steps if in_round], [r for r, in_round in steps if not in_round]
 
     in_rounds, in_prefill = round_rows(HeadDrafter(head, model))
-    assert in_prefill == [len(prompt) - 2] and max(in_rounds) <= 3 + 1  # then a round's new positions at most
+    assert in_prefill == [len(prompt) - 1] and max(in_rounds) <= 3 + 1  # then a round's new positions at most
 
     class Deferring(HeadDrafter):  # the broken variant: the prompt is read by the first propose
         def observe(self, feats):

@@ -121,18 +121,25 @@ def test_greedy_output_is_the_targets_with_measured_costs(seed):
 def test_sampling_with_the_budget_follows_the_target_distribution():
     """Losslessness when g depends on the run so far: each seed's rounds choose by that seed's own acceptance
     (costs fixed so the outcome is reproducible: a cheap draft and dear verify rows make the choice flip between
-    drafting and plain steps as acceptance moves)."""
+    drafting and plain steps as acceptance moves; the budget's measuring rounds recorded before the run, so each of
+    its few rounds chooses)."""
     from test_generation_distribution import ALPHA_SIG, DRAFT, L, N, PROMPT, TARGET, chi_square_pvalue, exact_joint
 
     cfg_kwargs = {"temperature": 1.0}
     samples, choices = [], set()
     for seed in range(N):
-        b = FixedCosts(3, t_d=0.15, slope=0.25)
+        b = FixedCosts(3, t_d=0.1, slope=0.15)
+        for g in (3, 3, 0):  # the warm-up, the measuring round and the plain one
+            b.choose([], [])
+            b.record(g, g, 0.0, 0.0)
+        b.choices.clear()
         res = spec.speculative_generate(TARGET, ModelDrafter(DRAFT), PROMPT, L, SamplingConfig(seed=seed, **cfg_kwargs),
                                         gamma=3, adaptive_gamma=b)
         samples.append(tuple(res.tokens))
         choices.add(tuple(b.choices))
-    assert len(choices) > 3  # the seeds took different paths of draft lengths
+    # the seeds took different paths of draft lengths, plain steps and two drafts among them (the prefill gives the
+    # first of the L tokens, so a run has at most L - 1 rounds)
+    assert len(choices) >= 3 and {0, 2} <= {g for path in choices for g in path}
     assert chi_square_pvalue(samples, exact_joint(SamplingConfig(**cfg_kwargs))) > ALPHA_SIG
 
 

@@ -182,9 +182,11 @@ def test_stats_add_up(cfg, kind):
     assert s["accepted"] + s["target_tokens"] == len(res.tokens)
     assert 0.0 <= s["alpha"] <= 1.0 and 0.0 <= s["token_acceptance"] <= 1.0
     assert s["target_forwards"] == s["rounds"] == sum(s["accept_length_hist"])
-    # one target token per verification, except when a stop token cuts the last accepted run
-    assert s["rounds"] - 1 <= s["target_tokens"] <= s["rounds"]
-    assert s["tau"] == pytest.approx(len(res.tokens) / s["target_forwards"])
+    # the prefill's (the first token), then one target token per verification, except when a stop token cuts the
+    # last accepted run
+    assert s["prefill_tokens"] == 1
+    assert s["rounds"] - 1 <= s["target_tokens"] - 1 <= s["rounds"]
+    assert s["tau"] == pytest.approx((len(res.tokens) - 1) / s["target_forwards"])
     assert 1.0 <= s["tau"] <= 5.0
     assert sum(n * c for n, c in enumerate(s["accept_length_hist"])) >= s["accepted"]
     assert all(0.0 <= a <= 1.0 for a in s["per_position_acceptance"])

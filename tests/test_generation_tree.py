@@ -95,3 +95,17 @@ def test_a_tree_accepts_more_than_the_chain_of_the_same_drafter():
     _, chain = tree_generate_reference(target, topk_of(draft), PROMPT, 80, 1, 4, 4)
     _, tree = tree_generate_reference(target, topk_of(draft), PROMPT, 80, 3, 4, 16)
     assert sum(tree) / len(tree) > sum(chain) / len(chain)
+
+
+def test_pruning_keeps_whole_branches_and_renumbers():
+    """pruned(keep): a node stays only with its whole path; the kept nodes are renumbered parents first, scores kept."""
+    tree = DraftTree()
+    a = tree.add(7, -1, -0.1)
+    b = tree.add(9, -1, -0.5)
+    c = tree.add(5, a, -0.3)
+    tree.add(6, b, -0.9)  # d: its parent b is dropped below, so d goes too
+    tree.add(8, c, -2.0)  # e: dropped on its own
+    kept = tree.pruned(lambda i: i in (a, c, 3))
+    assert (kept.tokens, kept.parents, kept.scores) == ([7, 5], [-1, 0], [-0.1, -0.3])
+    with pytest.raises(ValueError):
+        tree.add(4, -1)  # a scored tree takes scored nodes only

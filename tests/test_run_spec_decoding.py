@@ -198,6 +198,10 @@ def _run(*args: str) -> subprocess.CompletedProcess:
         (["--cpu-activations", "int8", "--backend", "cuda"], "--cpu-activations"),
         (["--cpu-activations", "int4"], "--cpu-activations"),
         (["--adaptive-gamma", "--draft-budget", "cost"], "choose one"),
+        (["--draft-tree", "4,4"], "--draft-tree"),
+        (["--draft-tree", "4,4,16"], "N <= 15"),
+        (["--draft-tree", "2,3,6", "--drafter", "model"], "--drafter head"),
+        (["--draft-tree", "2,3,6", "--temperature", "0.7"], "greedy"),
     ],
 )
 def test_flag_errors_exit_2_with_one_line(args, word):

@@ -51,9 +51,9 @@ def tree_rows(m, tree: DraftTree):
 
 
 def test_layout_positions_and_mask_worked_by_hand():
-    positions, mask = tree_layout([-1, 0, 0, 1, 2], 10)
-    assert positions.tolist() == [10, 11, 11, 12, 12]
-    assert mask.tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 0, 1, 0, 1]]
+    step = tree_layout([-1, 0, 0, 1, 2], 10)
+    assert step.positions.tolist() == [10, 11, 11, 12, 12] and step.mask_from == 10
+    assert step.mask.tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 0, 1, 0, 1]]
     with pytest.raises(ValueError):
         tree_layout([-1, 2, 0], 0)
 
@@ -80,8 +80,8 @@ def test_a_chain_is_a_plain_step(model):
 
 def test_a_mask_that_lets_a_node_see_its_siblings_is_caught(model, monkeypatch):
     def causal(parents, start):
-        positions, mask = tree_layout(parents, start)
-        return positions, np.tril(np.ones_like(mask))
+        step = tree_layout(parents, start)
+        return tree_step.TreeStep(step.positions, np.tril(np.ones_like(step.mask)), start)
 
     monkeypatch.setattr(qwen2, "tree_layout", causal)
     rows, _, _ = tree_rows(model, TREE)

@@ -91,16 +91,15 @@ def supports(stack: DecoderStack) -> bool:
 
 def decoder_forward(stack: DecoderStack, *, parallel_attention_work: int, ids: Optional[np.ndarray] = None,
                     cache: Any = None, last_n: Optional[int] = None, return_hidden: bool = False,
-                    x0: Optional[np.ndarray] = None, tree: Optional[tuple[np.ndarray, np.ndarray]] = None
-                    ) -> tuple[np.ndarray, Optional[np.ndarray]]:
+                    x0: Optional[np.ndarray] = None, tree: Any = None) -> tuple[np.ndarray, Optional[np.ndarray]]:
     """logits (T or last_n, head rows) for ids (T,) continuing cache (advanced by T), and with return_hidden the
     final-norm hidden states of all T positions (before last_n), as the model's forward returns them.
     parallel_attention_work: the attention work from which the threaded kernel runs (ops.PARALLEL_ATTENTION_WORK).
     x0 (T, D) float32: the first layer's input instead of embed(ids) (a draft head's fc output; ids and
     stack.embed are then unused, and may be None); stack.norm None: no final norm, the hidden states are the last
-    layer's output (a draft head's g). tree (positions (T,) int64, mask (T, T) uint8; models/tree_step.py): a tree
-    step, row t at position positions[t] seeing the cache and the step's rows j where mask[t, j]; its K/V rows are
-    written at cache slots length .. length + T - 1 all the same."""
+    layer's output (a draft head's g). tree (a models/tree_step.py TreeStep): row t at position positions[t], seeing
+    the cache's slots below mask_from and those mask_from + j where mask[t, j]; the K/V rows are written at slots
+    length .. length + T - 1 all the same."""
     from ..packed import PackedWeight
 
     embed, norm, head, eps = stack.embed, stack.norm, stack.head, stack.eps
@@ -121,11 +120,14 @@ def decoder_forward(stack: DecoderStack, *, parallel_attention_work: int, ids: O
     if tree is None:
         cos = np.ascontiguousarray(stack.cos_table.to_numpy()[start:start + t])
         sin = np.ascontiguousarray(stack.sin_table.to_numpy()[start:start + t])
-        mask = ff.NO_MASK
+        mask, mask_from = ff.NO_MASK, 0
     else:
-        positions, mask = tree
-        cos = np.ascontiguousarray(stack.cos_table.to_numpy()[positions])
-        sin = np.ascontiguousarray(stack.sin_table.to_numpy()[positions])
+        if tree.positions.shape != (t,) or tree.mask.shape != (t, start + t - tree.mask_from):
+            raise ValueError(f"a tree step of {t} rows after {start} cached needs positions ({t},) and a mask "
+                             f"({t}, {start + t - tree.mask_from}), got {tree.positions.shape}, {tree.mask.shape}")
+        mask, mask_from = tree.mask, int(tree.mask_from)
+        cos = np.ascontiguousarray(stack.cos_table.to_numpy()[tree.positions])
+        sin = np.ascontiguousarray(stack.sin_table.to_numpy()[tree.positions])
     hd, hq, hkv = stack.head_dim, stack.n_heads, stack.n_kv_heads
     scale = np.float32(hd ** -0.5)
     for i, lw in enumerate(stack.layers):
@@ -148,7 +150,7 @@ def decoder_forward(stack: DecoderStack, *, parallel_attention_work: int, ids: O
         vs = np.array((0,) + tuple(s // 4 for s in vc.strides), _I64)
         qs = np.array((q.size, t * hd, hd, 1), _I64)
         kernel(o.reshape(-1), q.reshape(-1), qs, kc.reshape(-1), ks, vc.reshape(-1), vs, 1, hq, hkv, t, hd, length, scale,
-               int(start), mask)
+               int(start), mask, mask_from)
         h = x + _linear(np.ascontiguousarray(o.transpose(1, 0, 2)).reshape(t, hq * hd), lw.o)
         n = _rmsnorm(h, _vec(lw.post_norm), eps)
         g, u = (np.ascontiguousarray(y) for y in _linears(n, (lw.gate, lw.up), (None, None), lw.gate_up))

@@ -171,13 +171,14 @@ NO_MASK = np.zeros((0, 0), dtype=np.uint8)  # the attention kernels' mask argume
 
 
 @njit(cache=True, error_model="numpy", nogil=True, fastmath=True)
-def _attend_task(out, q, qs, k, ks, v, vs, bi, kh, hq, hkv, t_len, d, length, scale, q_start, mask):
+def _attend_task(out, q, qs, k, ks, v, vs, bi, kh, hq, hkv, t_len, d, length, scale, q_start, mask, mask_from):
     """One (batch, kv head) task: the G query heads sharing kv head kh, all T query positions, so each
     K/V row is read once per query position. q (B,Hq,T,D) / k,v (B,Hkv,L,D) read through strides
-    qs/ks/vs (4 each); out contiguous (B,Hq,T,D). Query t sees keys 0..q_start+t; with a mask (T, T)
-    (a tree step; NO_MASK: none) only those of the step's own keys q_start + j where mask[t, j] (the
-    node itself and its ancestors). The keys a query sees are gathered in key order into one row of
-    scores, so its sums run over the same values in the same order as a causal step over those keys."""
+    qs/ks/vs (4 each); out contiguous (B,Hq,T,D). Query t sees keys 0..q_start+t; with a mask (T, W)
+    (a tree step; NO_MASK: none) of the keys from mask_from on only those mask_from + j where
+    mask[t, j] (the node itself and its ancestors). The keys a query sees are gathered in key order
+    into one row of scores, so its sums run over the same values in the same order as a causal step
+    over those keys."""
     g = hq // hkv
     tree = mask.shape[0] > 0
     scores = np.empty((g, length), dtype=np.float32)
@@ -195,7 +196,7 @@ def _attend_task(out, q, qs, k, ks, v, vs, bi, kh, hq, hkv, t_len, d, length, sc
                 qr[e] = q[qb + e * qs[3]] * scale
         n_keys = 0
         for j in range(min(q_start + t + 1, length)):   # scores = (q * scale) . k_j for the G heads
-            if tree and j >= q_start and mask[t, j - q_start] == 0:
+            if tree and j >= mask_from and mask[t, j - mask_from] == 0:
                 continue
             seen[n_keys] = j
             kp = kb + j * ks[2]
@@ -244,15 +245,17 @@ def _attend_task(out, q, qs, k, ks, v, vs, bi, kh, hq, hkv, t_len, d, length, sc
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def attention_serial(out, q, qs, k, ks, v, vs, b_n, hq, hkv, t_len, d, length, scale, q_start, mask):
+def attention_serial(out, q, qs, k, ks, v, vs, b_n, hq, hkv, t_len, d, length, scale, q_start, mask, mask_from):
     """Causal GQA attention (mask: NO_MASK, or a tree step's, _attend_task), one thread (decode: little work, no
     thread wake-up cost)."""
     for bk in range(b_n * hkv):
-        _attend_task(out, q, qs, k, ks, v, vs, bk // hkv, bk % hkv, hq, hkv, t_len, d, length, scale, q_start, mask)
+        _attend_task(out, q, qs, k, ks, v, vs, bk // hkv, bk % hkv, hq, hkv, t_len, d, length, scale, q_start, mask,
+                     mask_from)
 
 
 @njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-def attention_parallel(out, q, qs, k, ks, v, vs, b_n, hq, hkv, t_len, d, length, scale, q_start, mask):
+def attention_parallel(out, q, qs, k, ks, v, vs, b_n, hq, hkv, t_len, d, length, scale, q_start, mask, mask_from):
     """Causal GQA attention (mask as attention_serial's), (batch, kv head) tasks spread over threads (prefill)."""
     for bk in prange(b_n * hkv):
-        _attend_task(out, q, qs, k, ks, v, vs, bk // hkv, bk % hkv, hq, hkv, t_len, d, length, scale, q_start, mask)
+        _attend_task(out, q, qs, k, ks, v, vs, bk // hkv, bk % hkv, hq, hkv, t_len, d, length, scale, q_start, mask,
+                     mask_from)

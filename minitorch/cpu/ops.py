@@ -255,7 +255,7 @@ class FastOps(TensorOps):
         kernel = ff.attention_parallel if work >= PARALLEL_ATTENTION_WORK and b * hkv > 1 else ff.attention_serial
         kernel(out._tensor.storage, qt.storage, np.array(qt.strides, _I64), kt.storage,
                             np.array(kt.strides, _I64), vt.storage, np.array(vt.strides, _I64),
-                            b, hq, hkv, t, d, length, np.float32(scale), int(q_start), ff.NO_MASK)
+                            b, hq, hkv, t, d, length, np.float32(scale), int(q_start), ff.NO_MASK, 0)
         return out
 
 

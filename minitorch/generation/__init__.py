@@ -6,7 +6,9 @@
     speculative.py     speculative_generate: draft, verify, accept, roll back (CPU engine; the acceptance rule)
     budget.py          CostBudget: how much each round drafts, from the measured acceptance and costs
     drafters.py        the Drafter protocol: ModelDrafter, NGramDrafter, ExtendedDrafter
-    head_drafter.py    HeadDrafter: a trained draft head on the target's features
+    head_drafter.py    HeadDrafter: a trained draft head on the target's features (chains, and trees: propose_tree)
+    tree.py            draft trees: DraftTree, EAGLE-2's selection, the reference verify (one path at a time)
+    tree_decoding.py   tree_speculative_generate: a tree a round, verified in one target step (CPU engine, greedy)
     cuda.py            the CUDA-graph engine: the same functions over CudaDecoders, its GpuDrafter protocol
     sampling.py, stats.py   SamplingConfig and the sampler; the statistics every generation returns
 

@@ -18,7 +18,8 @@ A DrafterSpec says who proposes tokens in terms common to both engines:
              continues its gamma tokens by up to `extend` more (lossless; verify rows only); `propose_vocab` limits
              its proposals to the first n token ids (its LM head computes that slice)
     "ngram"  prompt lookup alone (NGramDrafter: no second model)
-    "head"   a trained draft head (models/draft_head.py on the CPU; its cuda/head.py HeadDecoder on the GPU)
+    "head"   a trained draft head (models/draft_head.py on the CPU; its cuda/head.py HeadDecoder on the GPU); on the CPU,
+             greedy, `tree=(top_k, depth, budget)` drafts a tree a round instead of a chain (tree_decoding.py)
 
 and `drafter_for` makes the engine's object for it: ModelDrafter / ExtendedDrafter / NGramDrafter / HeadDrafter on
 the CPU (the Drafter protocol, drafters.py), DecoderDrafter / HostDrafter / HeadGpuDrafter on the GPU (the GpuDrafter
@@ -59,6 +60,8 @@ class DrafterSpec:
     propose_vocab: int = 0  # "model": propose among the first n token ids only; 0 = all
     adaptive: bool | str = False  # True: raise gamma after a fully accepted round, lower it after an early
     # rejection; "cost": each round drafts 0..gamma by the measured acceptance and costs (budget.py; CPU engine)
+    tree: Optional[tuple[int, int, int]] = None  # "head" on the CPU engine, greedy: a draft tree a round instead of a
+    # chain, (top_k, depth, budget nodes) (tree_decoding.py)
 
     def __post_init__(self) -> None:
         if self.kind not in DRAFTER_KINDS:
@@ -75,6 +78,11 @@ class DrafterSpec:
             raise ValueError(f"adaptive must be False, True or 'cost', got {self.adaptive!r}")
         if self.extend and self.kind != "model":
             raise ValueError("extend continues a draft model's tokens by prompt lookup: it needs kind 'model'")
+        if self.tree is not None:
+            if self.kind != "head":
+                raise ValueError("a draft tree is drafted by a head: it needs kind 'head'")
+            if len(self.tree) != 3 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in self.tree):
+                raise ValueError(f"tree must be (top_k, depth, budget), integers >= 1, got {self.tree!r}")
 
     @property
     def round_gamma(self) -> int:
@@ -168,6 +176,15 @@ class Engine:
         if self.spec.kind == "none":
             return self._generate(self.target, prompt_ids, max_new_tokens, cfg, self.stop_ids,
                                   vocab_size=self.vocab_size, on_tokens=on_tokens)
+        if self.spec.tree is not None:
+            if self.on_graphs:
+                raise ValueError("draft trees run on the CPU engine only so far (issue 44: the GPU's is to come)")
+            from .tree_decoding import tree_speculative_generate
+
+            top_k, depth, budget = self.spec.tree
+            return tree_speculative_generate(self.target, self.drafter, prompt_ids, max_new_tokens, top_k, depth,
+                                             budget, cfg, self.stop_ids, self.vocab_size, on_tokens,
+                                             adaptive="cost" if self.spec.adaptive == "cost" else False)
         return self._speculative(self.target, self.drafter, prompt_ids, max_new_tokens, cfg, self.stop_ids,
                                  gamma=self.spec.round_gamma, adaptive_gamma=self.spec.adaptive,
                                  vocab_size=self.vocab_size, on_tokens=on_tokens)

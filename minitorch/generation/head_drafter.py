@@ -25,7 +25,17 @@ from typing import Any
 import numpy as np
 
 from .. import from_numpy, tensor as make_tensor
+from ..models.tree_step import TreeStep
 from .sampling import SamplingConfig, logits_rows, logits_to_probs, sample
+from .tree import DraftTree, grow_tree
+
+
+def top_logprobs(logits: np.ndarray, k: int) -> tuple[list[int], list[float]]:
+    """The k most probable ids of a row of logits (ties: the lower id first) and their log probabilities."""
+    z = np.asarray(logits, dtype=np.float64)
+    lp = z - (z.max() + np.log(np.exp(z - z.max()).sum()))
+    ids = np.argsort(-lp, kind="stable")[:k]
+    return [int(i) for i in ids], [float(lp[i]) for i in ids]
 
 
 def top_probability(logits: np.ndarray) -> float:
@@ -133,3 +143,48 @@ class HeadDrafter:
                 g, row = self._step(g, [tok])
         self.cache.truncate(n - 1)
         return drafts, (np.stack(qs) if qs else None)
+
+    def propose_tree(self, tokens: Sequence[int], top_k: int, depth: int, budget: int) -> DraftTree:
+        """A draft tree below the pending token (tree.py's grow_tree: EAGLE-2's selection by the head's log
+        probabilities), each level one head step: the frontier's nodes fed at once as a TreeStep, each at its depth's
+        position reading its parent's g and seeing its own ancestors' rows in the head's cache (not its siblings').
+        The same tree as expanding each path alone (tests/test_tree_decoding.py); the cache is trimmed after."""
+        n = len(tokens)
+        if self._n_feats < n - 1 or n < 2:
+            raise RuntimeError(f"the head has features for {self._n_feats} positions, needs {n - 1} (and a context "
+                               "of two tokens or more)")
+        if self.cache.length > n - 2:
+            self.cache.truncate(n - 2)
+        k = self.cache.length
+        feats = from_numpy(self._feats[k:n - 1][None], backend=self.head.backend)
+        g, row = self._step(feats, [int(t) for t in tokens[k + 1:n]])
+        base = self.cache.length  # n - 1: the tree's rows go after
+        fed: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {
+            (): (g.to_numpy().reshape(-1), row, np.zeros(0, dtype=np.uint8))}  # path -> (g, logits, sees)
+        n_head = row.shape[0]
+
+        def expand(paths: Sequence[Sequence[int]], k_top: int) -> list[tuple[list[int], list[float]]]:
+            new = [tuple(int(t) for t in p) for p in paths if tuple(p) not in fed]
+            if new:
+                t_len, start = len(new), self.cache.length
+                width = start - base + t_len
+                mask = np.zeros((t_len, width), dtype=np.uint8)
+                positions = np.empty(t_len, dtype=np.int64)
+                for r, p in enumerate(new):
+                    sees = fed[p[:-1]][2]
+                    mask[r, :sees.shape[0]] = sees
+                    mask[r, start - base + r] = 1
+                    positions[r] = n - 2 + len(p)
+                parent_g = np.stack([fed[p[:-1]][0] for p in new])[None]
+                gs, logits = self.head.draft_step(from_numpy(parent_g, backend=self.head.backend),
+                                                  self._embed([p[-1] for p in new]), self.cache, self._lm, n_head,
+                                                  tree=TreeStep(positions, mask, base))
+                self.forwards += 1
+                gs, logits = gs.to_numpy()[0], logits_rows(logits, n_head)
+                for r, p in enumerate(new):
+                    fed[p] = (gs[r], logits[r], mask[r])
+            return [top_logprobs(fed[tuple(int(t) for t in p)][1], k_top) for p in paths]
+
+        tree = grow_tree(expand, top_k, depth, budget)
+        self.cache.truncate(n - 1)
+        return tree

@@ -15,8 +15,9 @@ p and q one-hot: accept while d_i == argmax p_i, then emit argmax p at the first
 deterministic drafter (n-gram) has q = point mass: accept with probability p(d_i), residual = p
 with d_i removed.
 
-Cache invariant between rounds (both caches): K/V for every context token except the last one
-("pending"), so the next verification feeds [pending, drafts]. After a round, the target cache is
+The prefill runs the whole prompt, as the target alone's does, and its last row gives the first token, so a
+generation needs no round for it. Cache invariant between rounds (both caches): K/V for every context token except
+the last one ("pending"), so the next verification feeds [pending, drafts]. After a round, the target cache is
 truncated to len(context) - 1 and the drafter rolled back to the same prefix. Output is cut at the
 first stop token and at max_new_tokens, even inside an accepted run, and the caches follow the cut.
 """
@@ -32,7 +33,7 @@ from .. import no_grad
 from .autoregressive import TokenCallback, check_request, emit
 from .budget import CostBudget
 from .drafters import Drafter, ModelDrafter
-from .sampling import SamplingConfig, greedy_tokens, logits_rows, logits_to_probs, sample
+from .sampling import SamplingConfig, greedy_tokens, logits_rows, logits_to_probs, next_token, sample
 from .stats import GenerationResult, SpecStats
 
 MAX_ADAPTIVE_GAMMA = 16
@@ -130,25 +131,31 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     if cache is None:
         cache = target.new_cache(max_len)
     wants_feats = bool(getattr(drafter, "needs_hidden", False))  # a trained head drafts from the target's features
-    with timer("prefill"):
+    with timer("prefill"):  # the whole prompt, as the target alone's prefill, whose last row gives the first token
         feats = None
-        if len(prompt) > 1:  # only fills the cache; skip the vocab projection
-            if wants_feats:
-                feats = target(prompt[:-1], cache, last_n=1, return_hidden=True)[1]
-            else:
-                target(prompt[:-1], cache, last_n=1)
+        if wants_feats:
+            logits, feats = target(prompt, cache, last_n=1, return_hidden=True)
+        else:
+            logits = target(prompt, cache, last_n=1)
         drafter.start(prompt, max_len, vocab)
         if feats is not None:
-            drafter.observe(feats)  # features of positions 0 .. len(prompt) - 2
-    context = list(prompt)
+            drafter.observe(feats)  # features of positions 0 .. len(prompt) - 1
+    with timer("sample"):
+        first = next_token(logits_rows(logits, vocab)[-1], cfg, rng)
     out: list[int] = []
+    _, done = emit([first], out, max_new_tokens, stops)
+    st.new_tokens += 1
+    st.target_tokens += 1
+    st.prefill_tokens = 1
+    context = prompt + out  # the first token is the pending one: every context token but it is in the cache
+    if on_tokens is not None:
+        on_tokens(list(out))
     g_now = gamma
     gated = bool(getattr(drafter, "gated", False))  # a drafter that asks the budget before each draft (a head)
     budget = adaptive_gamma if isinstance(adaptive_gamma, CostBudget) else (
         CostBudget(gamma, gated=gated) if adaptive_gamma == "cost" else None)
     gate = budget if budget is not None and budget.gated and gated else None
     closed = 0
-    done = False
     while not done:
         if budget is not None:
             g_now = budget.choose(st.position_accepted, st.position_judged)

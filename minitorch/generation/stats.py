@@ -5,7 +5,8 @@ Definitions (returned in `GenerationResult.stats`):
 - alpha = accepted / drafted (the acceptance rate; drafts after a rejection count as drafted).
 - token_acceptance = accepted / judged: per-token acceptance probability, where a draft token is
   "judged" when every token before it was accepted (Leviathan's alpha; used for the prediction).
-- tau = new tokens / target forwards in the decode loop (mean tokens per verification).
+- tau = new tokens / target forwards in the decode loop (mean tokens per verification; a token the prefill gave, the
+  first one on the CPU engine, is not in it).
 - per_position_acceptance[i] = accepted / judged at draft position i.
 - accept_length_hist[n] = number of verification rounds that accepted exactly n draft tokens.
 - predicted_speedup = E[tokens per round] / (gamma * c + 1) with E = (1 - a^(gamma+1)) / (1 - a),
@@ -110,6 +111,7 @@ class SpecStats:
     accepted: int = 0
     target_tokens: int = 0  # tokens produced by the target itself (corrections, bonus, plain steps)
     target_forwards: int = 0  # verification forwards (prefill not counted)
+    prefill_tokens: int = 0  # tokens the prefill gave (its last row: the first token), in new_tokens but in no round
     draft_forwards: int = 0
     rounds: int = 0
     gamma_sum: int = 0  # sum of draft lengths actually proposed, for the mean gamma
@@ -158,8 +160,9 @@ class SpecStats:
             "target_tokens": self.target_tokens,
             "alpha": alpha,
             "token_acceptance": token_acc,
-            "tau": self.new_tokens / self.target_forwards if self.target_forwards else 0.0,
+            "tau": (self.new_tokens - self.prefill_tokens) / self.target_forwards if self.target_forwards else 0.0,
             "target_forwards": self.target_forwards,
+            "prefill_tokens": self.prefill_tokens,
             "draft_forwards": self.draft_forwards,
             "rounds": self.rounds,
             "mean_gamma": mean_gamma,

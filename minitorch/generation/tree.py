@@ -33,6 +33,8 @@ from .sampling import logits_rows
 
 # a drafter for trees: context tokens -> (token ids, their log probabilities), the k most probable next tokens
 TopK = Callable[[Sequence[int], int], tuple[Sequence[int], Sequence[float]]]
+# a level of a tree at once: paths below the pending token -> each one's k most probable next tokens and log probs
+Expand = Callable[[Sequence[Sequence[int]], int], Sequence[tuple[Sequence[int], Sequence[float]]]]
 
 
 @dataclass
@@ -41,10 +43,11 @@ class DraftTree:
 
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)  # grow_tree's: each node's path's summed log probability
 
     def __post_init__(self) -> None:
-        if len(self.tokens) != len(self.parents):
-            raise ValueError("a tree needs one parent a token")
+        if len(self.tokens) != len(self.parents) or (self.scores and len(self.scores) != len(self.tokens)):
+            raise ValueError("a tree needs one parent (and one score, if any) a token")
         for i, p in enumerate(self.parents):
             if not -1 <= p < i:
                 raise ValueError(f"node {i}'s parent {p} must come before it (or be -1, the pending token)")
@@ -52,13 +55,25 @@ class DraftTree:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def add(self, token: int, parent: int) -> int:
-        """A new node under `parent`; returns its index."""
+    def add(self, token: int, parent: int, score: float | None = None) -> int:
+        """A new node under `parent` (with its score, in a tree that keeps them); returns its index."""
         if not -1 <= parent < len(self.tokens):
             raise ValueError(f"no node {parent} to hang a token under")
+        if self.tokens and bool(self.scores) != (score is not None):
+            raise ValueError("a tree's nodes all have a score or none has")
         self.tokens.append(int(token))
         self.parents.append(int(parent))
+        if score is not None:
+            self.scores.append(float(score))
         return len(self.tokens) - 1
+
+    def pruned(self, keep: Callable[[int], bool]) -> "DraftTree":
+        """The nodes where keep(i) whose ancestors are all kept, renumbered (parents first still)."""
+        out, index = DraftTree(), {-1: -1}
+        for i, (tok, parent) in enumerate(zip(self.tokens, self.parents)):
+            if parent in index and keep(i):
+                index[i] = out.add(tok, index[parent], self.scores[i] if self.scores else None)
+        return out
 
     def path(self, i: int) -> list[int]:
         """Node indices from the root's child down to node i."""
@@ -80,6 +95,11 @@ class DraftTree:
 def build_tree(topk: TopK, context: Sequence[int], top_k: int, depth: int, budget: int) -> DraftTree:
     """EAGLE-2's dynamic tree: `depth` levels, each expanding the top_k best frontier nodes (by their path's summed log
     probability) into their top_k next tokens; then the `budget` best nodes of all, renumbered parents first."""
+    return grow_tree(lambda paths, k: [topk(list(context) + list(p), k) for p in paths], top_k, depth, budget)
+
+
+def grow_tree(expand: Expand, top_k: int, depth: int, budget: int) -> DraftTree:
+    """build_tree with each level's frontier expanded in one call (a drafter that runs a level as one step)."""
     if top_k < 1 or depth < 1 or budget < 1:
         raise ValueError(f"top_k, depth and budget must be >= 1, got {top_k}, {depth}, {budget}")
     scored: list[tuple[float, int, int, int]] = []  # (score, node, parent node, token) of every candidate
@@ -87,8 +107,7 @@ def build_tree(topk: TopK, context: Sequence[int], top_k: int, depth: int, budge
     n = 0
     for _ in range(depth):
         grown = []
-        for score, node, toks in frontier:
-            ids, logps = topk(list(context) + toks, top_k)
+        for (score, node, toks), (ids, logps) in zip(frontier, expand([f[2] for f in frontier], top_k)):
             for t, lp in zip(ids, logps):
                 scored.append((score + float(lp), n, node, int(t)))
                 grown.append((score + float(lp), n, toks + [int(t)]))
@@ -99,7 +118,7 @@ def build_tree(topk: TopK, context: Sequence[int], top_k: int, depth: int, budge
     tree, index = DraftTree(), {}
     for score, node, parent, tok in sorted(scored, key=lambda s: s[1]):  # creation order: parents first
         if node in kept and (parent == -1 or parent in index):
-            index[node] = tree.add(tok, index.get(parent, -1))
+            index[node] = tree.add(tok, index.get(parent, -1), score)
     return tree
 
 

@@ -191,23 +191,30 @@ class DraftHead(Module):
         return head
 
     def draft_step(self, feats: Tensor, emb: Tensor, cache: KVCache, lm_head: Any,
-                   rows: int) -> tuple[Tensor, Tensor]:
+                   rows: int, tree: Any = None) -> tuple[Tensor, Tensor]:
         """One drafting step over new positions (B = 1): (g of the last position (1, 1, D), its logits over the
         first `rows` ids (1, 1, rows)), as forward + logits compute them. On a backend with a one-call forward
         (the CPU's decoder_forward) and packed weights (packed()), one call after fc: the same kernels in the
-        same order as forward + logits, so the same bits (tests/test_draft_head.py)."""
+        same order as forward + logits, so the same bits (tests/test_draft_head.py).
+        tree: a TreeStep (models/tree_step.py), one level of a draft tree, each row seeing its own ancestors; then g
+        and the logits of every row, (1, T, D) and (1, T, rows). The one-call forward only."""
         from ..autodiff import is_grad_enabled
 
         fwd = getattr(self.backend, "decoder_forward", None)
-        if fwd is None or is_grad_enabled() or feats.shape[0] != 1:
-            return self._step_by_ops(feats, emb, cache, lm_head, rows)
         t = feats.shape[1]
-        cache.check_room(t)
-        self.rope(cache.length, t)  # the tables cover the new positions (before the stack reads them)
-        stack = self._stack(lm_head, rows)
-        if not self.backend.decoder_supports(stack):
+        stack = None
+        if fwd is not None and not is_grad_enabled() and feats.shape[0] == 1:
+            cache.check_room(t)
+            self.rope(cache.length, t)  # the tables cover the new positions (before the stack reads them)
+            stack = self._stack(lm_head, rows)
+        if stack is None or not self.backend.decoder_supports(stack):
+            if tree is not None:
+                raise ValueError("a tree step of the head needs the CPU's one-call forward (a packed() head)")
             return self._step_by_ops(feats, emb, cache, lm_head, rows)
         x = self.fc(nn.cat([feats, emb], -1))  # (1, T, D): forward's first op
+        if tree is not None:
+            logits, hidden = fwd(stack, x0=x.to_numpy()[0], cache=cache, return_hidden=True, tree=tree)
+            return from_numpy(hidden[None], backend=self.backend), from_numpy(logits[None], backend=self.backend)
         logits, hidden = fwd(stack, x0=x.to_numpy()[0], cache=cache, last_n=1, return_hidden=True)
         return (from_numpy(np.ascontiguousarray(hidden[t - 1:])[None], backend=self.backend),
                 from_numpy(logits[None], backend=self.backend))

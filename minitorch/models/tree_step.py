@@ -13,13 +13,25 @@ order as a causal step over its own path: its logits are that step's, bit for bi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 
-def tree_layout(parents: Sequence[int], start: int) -> tuple[np.ndarray, np.ndarray]:
-    """(positions (T,) int64, mask (T, T) uint8) of a step of rows under `parents` after `start` cached positions."""
+@dataclass(frozen=True)
+class TreeStep:
+    """Where a step's T rows sit and what they see: row t at positions[t]; the cache's slots below mask_from always,
+    and slot mask_from + j where mask[t, j] (mask (T, W), W reaching the step's last row). A draft head growing a tree
+    over several steps keeps mask_from at the tree's first slot, so a row sees its ancestors of earlier steps too."""
+
+    positions: np.ndarray  # (T,) int64
+    mask: np.ndarray  # (T, W) uint8
+    mask_from: int
+
+
+def tree_layout(parents: Sequence[int], start: int) -> TreeStep:
+    """The TreeStep of rows under `parents` after `start` cached positions (mask_from = start, mask (T, T))."""
     t_len = len(parents)
     positions = np.empty(t_len, dtype=np.int64)
     mask = np.zeros((t_len, t_len), dtype=np.uint8)
@@ -33,7 +45,7 @@ def tree_layout(parents: Sequence[int], start: int) -> tuple[np.ndarray, np.ndar
             positions[t] = positions[p] + 1
             mask[t] = mask[p]
         mask[t, t] = 1
-    return positions, mask
+    return TreeStep(positions, mask, start)
 
 
 def keep_path(cache: Any, start: int, rows: Sequence[int]) -> None:

@@ -52,7 +52,9 @@ def engine_generators(engine: Any) -> dict[str, GenerateFn]:
     def spec(prompt_ids: list[int], max_new_tokens: int, seed: int) -> Any:
         log = RoundLog()
         res = engine.generate(prompt_ids, max_new_tokens, seed=seed, on_tokens=log)
-        stats = round_log_stats(log.emitted, spec_settings.round_gamma, max_new_tokens, spec_settings.adaptive)
+        first = int(res.stats.get("prefill_tokens", 0))  # the prefill's token came in a call of its own, no round
+        stats = round_log_stats(log.emitted[1 if first else 0:], spec_settings.round_gamma, max_new_tokens,
+                                spec_settings.adaptive, start=first)
         for k, v in stats.items():
             res.stats.setdefault(k, v)  # the engine's own per-round log, when it has one, wins
         return res

@@ -159,15 +159,17 @@ class RoundLog:
         self.emitted.append(len(tokens))
 
 
-def round_log_stats(emitted: Sequence[int], gamma: int, max_new_tokens: int, adaptive: bool) -> dict[str, list[int]]:
+def round_log_stats(emitted: Sequence[int], gamma: int, max_new_tokens: int, adaptive: bool,
+                    start: int = 0) -> dict[str, list[int]]:
     """Per-round log from the emitted counts: `round_emitted`, and with a fixed gamma also
     `round_drafted` (the engine drafts min(gamma, tokens left - 1)) and `round_accepted` (emitted - 1;
-    only a final round cut by a stop token inside the drafts can be off, by one)."""
+    only a final round cut by a stop token inside the drafts can be off, by one). start: tokens emitted before the
+    first round (the CPU engine's prefill gives the first token)."""
     out: dict[str, list[int]] = {"round_emitted": list(emitted)}
     if adaptive:
         return out
     drafted, accepted = [], []
-    pos = 0
+    pos = start
     for e in emitted:
         d = max(0, min(gamma, max_new_tokens - pos - 1))
         drafted.append(d)

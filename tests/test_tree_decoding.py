@@ -1,0 +1,185 @@
+"""Draft trees on the CPU engine (minitorch/generation/tree_decoding.py, issue 44), on a tiny packed target (the one-call
+forward takes tree steps): greedy output equals the target alone's for several tree shapes, with a real draft head
+(HeadDrafter.propose_tree) and with an oracle drafter whose accepted paths run through second children (so the kept
+path's K/V rows must move); the head's one-step-a-level tree equals expanding each path on its own; compaction that
+keeps the rejected rows' K/V is caught."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minitorch
+from minitorch.generation import generate
+from minitorch.generation import tree_decoding as td
+from minitorch.generation.head_drafter import HeadDrafter, top_logprobs
+from minitorch.generation.tree import build_tree
+from minitorch.models import load_model
+from minitorch.models.draft_head import DraftHead, DraftHeadConfig
+
+pytest.importorskip("gguf")
+pytest.importorskip("torch")
+from test_models_util import hf_qwen2, tiny_bpe, write_gguf  # noqa: E402
+
+PROMPT = [5, 17, 42, 8, 99, 23, 61, 7]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tree_decoding")
+    hf = hf_qwen2(seed=6, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512,
+                  num_hidden_layers=2, tie_word_embeddings=False)
+    target, _ = load_model(str(write_gguf(root / "tiny.gguf", hf, tiny_bpe(), qtype="Q8_0")), progress=False,
+                           weights="packed", cache_dir=root / "c")
+    head = DraftHead(DraftHeadConfig.for_target(target, head_vocab=256, intermediate_size=128), target.backend,
+                     seed=3).packed()
+    return target, head
+
+
+def started(target, head, context):
+    d = HeadDrafter(head, target)
+    cache = target.new_cache(64)
+    with minitorch.no_grad():
+        feats = target(context[:-1], cache, last_n=1, return_hidden=True)[1]
+        d.start(context, 64)
+        d.observe(feats)
+    return d
+
+
+def test_the_heads_tree_equals_expanding_each_path_alone(pair):
+    """Reference: a fresh head per path, its catch-up step then one 1-row step per token of the path (the chain's
+    steps); the tree of one head step a level has the same tokens and parents."""
+    target, head = pair
+
+    def topk(ctx, k):
+        d = started(target, head, PROMPT)
+        with minitorch.no_grad():
+            n = len(PROMPT)
+            g, row = d._step(minitorch.from_numpy(d._feats[:n - 1][None], backend=head.backend), PROMPT[1:n])
+            for tok in ctx[n:]:
+                g, row = d._step(g, [tok])
+        return top_logprobs(row, k)
+
+    for top_k, depth, budget in ((3, 3, 8), (2, 4, 7), (1, 3, 3)):
+        d = started(target, head, PROMPT)
+        with minitorch.no_grad():
+            got = d.propose_tree(PROMPT, top_k, depth, budget)
+        want = build_tree(topk, PROMPT, top_k, depth, budget)
+        assert (got.tokens, got.parents) == (want.tokens, want.parents)
+        assert d.cache.length == len(PROMPT) - 1  # trimmed back to the verified prefix
+
+
+@pytest.mark.parametrize("top_k, depth, budget", [(1, 3, 3), (2, 3, 6), (4, 4, 12)])
+def test_tree_decoding_with_the_head_equals_the_target_alone(pair, top_k, depth, budget):
+    target, head = pair
+    want = generate(target, PROMPT, 40).tokens
+    res = td.tree_speculative_generate(target, HeadDrafter(head, target), PROMPT, 40, top_k, depth, budget)
+    assert res.tokens == want
+    assert res.stats["rounds"] < 40 or top_k == 1  # (a random head is seldom right)
+
+
+class Oracle:
+    """A tree drafter from the target's own next-token ranking, its first two swapped at every other depth: accepted
+    paths run through second children, so the rows to keep are not the first ones."""
+
+    forwards = 0
+
+    def __init__(self, target):
+        self.target = target
+
+    def start(self, prompt, max_len, vocab=None):
+        pass
+
+    def observe(self, feats):
+        pass
+
+    def rollback(self, n):
+        pass
+
+    def propose_tree(self, tokens, top_k, depth, budget):
+        def topk(ctx, k):
+            with minitorch.no_grad():
+                row = self.target(list(ctx), self.target.new_cache(len(ctx))).to_numpy()[0, -1]
+            ids, lps = top_logprobs(row, max(k, 2))
+            if (len(ctx) - len(tokens)) % 2 == 0:
+                ids[0], ids[1] = ids[1], ids[0]
+                lps[0], lps[1] = lps[1], lps[0]
+            return ids[:k], lps[:k]
+        return build_tree(topk, tokens, top_k, depth, budget)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_kept_paths_through_second_children_and_broken_compaction(pair, monkeypatch, broken):
+    target, _ = pair
+    kept = []
+    real = td.keep_path
+
+    def keep(cache, start, rows):
+        kept.append(list(rows))
+        if broken:  # the cache cut after the path's length, its rows left where the tree step wrote them
+            return cache.truncate(start + len(rows))
+        return real(cache, start, rows)
+
+    monkeypatch.setattr(td, "keep_path", keep)
+    want = generate(target, PROMPT, 30).tokens
+    res = td.tree_speculative_generate(target, Oracle(target), PROMPT, 30, top_k=2, depth=3, budget=6)
+    assert (res.tokens == want) != broken
+    if not broken:  # whole paths accepted, whose rows are not the step's first ones
+        assert res.stats["accepted"] >= 15 and any(rows != list(range(len(rows))) for rows in kept)
+
+
+def test_trees_refuse_sampling_and_a_drafter_without_trees(pair):
+    from minitorch.generation import ModelDrafter, SamplingConfig
+
+    target, head = pair
+    with pytest.raises(ValueError, match="greedy"):
+        td.tree_speculative_generate(target, HeadDrafter(head, target), PROMPT, 8, cfg=SamplingConfig(temperature=1.0))
+    with pytest.raises(ValueError, match="propose_tree"):
+        td.tree_speculative_generate(target, ModelDrafter(target), PROMPT, 8)
+    with pytest.raises(ValueError, match="budget"):
+        td.tree_speculative_generate(target, HeadDrafter(head, target), PROMPT, 8, budget=0)
+
+
+@pytest.mark.parametrize("drafter", ["head", "oracle"])
+def test_gated_trees_equal_the_target_alone(pair, drafter):
+    """The draft budget on trees (adaptive "cost"): each tree pruned to the nodes whose path probability pays a verify
+    row, rounds plain where drafting does not pay; the output is still the target's."""
+    target, head = pair
+    d = HeadDrafter(head, target) if drafter == "head" else Oracle(target)
+    want = generate(target, PROMPT, 40).tokens
+    res = td.tree_speculative_generate(target, d, PROMPT, 40, top_k=3, depth=3, budget=9, adaptive="cost")
+    assert res.tokens == want and "plain_rounds" in res.stats
+
+
+def test_the_gate_prunes_a_tree_to_the_nodes_whose_chance_pays_a_row(pair):
+    """A gated budget whose rows cost 0.2 of a step (draft steps free) and that always drafts: every verified node's
+    path probability under the drafter is at least 0.2, the output is the target's."""
+    from minitorch.generation.budget import CostBudget
+
+    class Fixed(CostBudget):
+        def choose(self, accepted, judged):
+            self.choices.append(self.gamma)
+            return self.gamma
+
+        def row_share(self):
+            return 0.2
+
+        def draft_share(self):
+            return 0.0
+
+    target, _ = pair
+    oracle, seen = Oracle(target), []
+    propose = oracle.propose_tree
+
+    def spy(*a):
+        tree = propose(*a)
+        seen.append(sorted(np.exp(tree.scores)))
+        return tree
+
+    oracle.propose_tree = spy
+    want = generate(target, PROMPT, 30).tokens
+    res = td.tree_speculative_generate(target, oracle, PROMPT, 30, top_k=3, depth=3, budget=9,
+                                       adaptive=Fixed(3, gated=True))
+    assert res.tokens == want
+    kept = sum(res.stats["per_round_nodes"])
+    assert 0 < kept < sum(len(p) for p in seen)  # some nodes were cut, some kept
+    assert kept == sum(sum(1 for p in probs if p >= 0.2) for probs in seen)  # exactly those whose chance pays
