@@ -477,6 +477,40 @@ def test_speculative_with_a_packed_head_equals_the_target_alone(packed_target):
     assert spec.tokens == generate(model, prompt, 30, cfg).tokens and spec.stats["rounds"] >= 8
 
 
+@pytest.mark.skipif(not __import__("minitorch.cpu.packed", fromlist=["x"]).int8_supported(),
+                    reason="int8 activations need AVX2 or AVX512-VNNI")
+def test_the_head_computes_in_the_targets_activation_mode(packed_target):
+    """A packed head's weights (its own and the joined products) take the activation mode the target is given
+    (set_cpu_activations, as load_models applies --cpu-activations): with int8, each of the layer's products is the
+    int8 kernel's (a head left in the process's float32 mode drafted 2x slower on a 2-core Zen 3), and speculative
+    decoding still equals the target alone."""
+    from minitorch.cpu import packed as fast_packed
+    from minitorch.packed import PackedWeight
+    from project.cli_common import set_cpu_activations
+
+    model, tok = packed_target
+    head = DraftHead(DraftHeadConfig.for_target(model, head_vocab=256, intermediate_size=128), model.backend,
+                     seed=5).packed()
+    weights = head.packed_weights()
+    assert len(weights) == 10 and all(isinstance(w, PackedWeight) for w in weights)  # fc, 7 products, 2 joined
+    set_cpu_activations("int8", model.backend, [model, head])
+    try:
+        assert {w.activations for w in weights} == {"int8"}
+        calls = []
+        real = fast_packed.packed_linear_q8
+        fast_packed.packed_linear_q8 = lambda x, w, out: (calls.append(w), real(x, w, out))[1]
+        try:
+            prompt = tok.encode("Natalia sold clips to 48 of her friends in April")
+            spec = speculative_generate(model, HeadDrafter(head, model), prompt, 20, SamplingConfig(), gamma=3)
+        finally:
+            fast_packed.packed_linear_q8 = real
+        assert spec.tokens == generate(model, prompt, 20, SamplingConfig()).tokens
+        assert {id(w) for w in weights} & {id(w) for w in calls}  # the head's own products took the int8 kernel
+    finally:
+        set_cpu_activations("float32", model.backend, [model, head])
+        fast_packed.set_weight_activations(model.packed_weights() + weights, None)
+
+
 # -- --drafter auto: the head is the CPU's default where one exists ------------------------------------------------
 
 def test_drafter_auto_takes_the_cache_head_where_one_exists(target, tmp_path, monkeypatch):

@@ -168,6 +168,15 @@ class DraftHead(Module):
         return g
 
     # -- drafting --------------------------------------------------------------------------------
+    def packed_weights(self) -> list[Any]:
+        """The PackedWeights among the head's parameters and its layer's joined products (a packed() head), e.g. to
+        give them the target's activation mode (minitorch/cpu/packed.py set_weight_activations)."""
+        from ..packed import PackedWeight
+
+        own = [p.value for _, p in self.named_parameters() if isinstance(p.value, PackedWeight)]
+        joined = [m.joined[0] for m in (self.layer.self_attn, self.layer.mlp) if getattr(m, "joined", None) is not None]
+        return own + joined
+
     def packed(self, block: int = 32) -> "DraftHead":
         """A copy of this head for drafting on a backend with a packed kernel (the CPU): fc and the layer's
         projections as int8 codes with one float32 scale per block of `block` inputs (PackedWeight.quantize,
