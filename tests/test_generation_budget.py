@@ -183,3 +183,19 @@ def test_gated_rounds_draft_while_they_save_and_go_plain_with_probes_when_not():
     assert b.gain > 0 and b.choose([], []) == 3
     with pytest.raises(ValueError):
         CostBudget(3, gated=True, least=1)
+
+
+def test_one_unlucky_first_round_does_not_send_the_run_plain():
+    """GAIN_MIN drafting rounds are priced before a gated run may go plain, their plain mean first: a first drafting
+    round that lost 20 ms, then two that saved 80 ms each, keep the run drafting (a running mean seeded by the first
+    round alone went plain at once: a math prompt at 1.02x where drafting ran 1.54x)."""
+    b = CostBudget(3, gated=True)
+    b.choose([], []), b.record(3, 3, 0.015, 0.09, emitted=1)  # the warm-up
+    b.choose([], []), b.record(0, 0, 0.0, 0.05)  # plain: t_1 = 50 ms
+    assert b.choose([], []) == 3
+    b.record(1, 1, 0.005, 0.065, emitted=1)  # lost 20 ms
+    assert b.gain == pytest.approx(-0.02) and b.choose([], []) == 3  # one round is not enough to go plain
+    b.record(3, 3, 0.015, 0.105, emitted=4)  # saved 80 ms
+    assert b.gain == pytest.approx((-0.02 + 0.08) / 2) and b.choose([], []) == 3
+    b.record(3, 3, 0.015, 0.105, emitted=4)
+    assert b.gain == pytest.approx((-0.02 + 0.16) / 3) and b.choose([], []) == 3

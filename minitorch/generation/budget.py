@@ -40,8 +40,9 @@ before each draft. With p the product of the drafts' confidences so far (the cha
 with a row's and a step's seconds from the measured line t_verify(r) and t_draft (before they are measured, shares
 of a plain step seen on a 2-core CPU: ROW_SHARE, DRAFT_SHARE). The confidence is the drafter's distribution's top
 probability, known before the draft is drawn, so a draft that is kept is still a draw from q (lossless). Whether a
-round drafts comes from what drafting rounds saved: each one's `emitted * t_1 - its seconds`, a running mean; while
-it is below zero the run goes plain and probes as above. So a head that is seldom sure costs one draft step a round
+round drafts comes from what drafting rounds saved: each one's `emitted * t_1 - its seconds`, a running mean (the
+plain mean of the first 1 / GAIN_EMA); once GAIN_MIN rounds are in it and while it is below zero, the run goes plain
+and probes as above (one unlucky first round sent a math prompt plain at gamma 5: 1.02x where ungated ran 1.54x). So a head that is seldom sure costs one draft step a round
 until the mean turns, then nothing but the probes; one that is sure where it is right drafts just there.
 """
 from __future__ import annotations
@@ -52,7 +53,8 @@ EMA = 0.3  # weight of a new measurement in the running means
 PRIOR = 2.0  # judgements' worth of the previous position's rate (the first position's: 0.5) in a position's rate
 EXPLORE = 0.03  # share of the run's time that the first round and the probes may cost beyond plain steps
 PROBE_MIN = 8  # plain rounds in a row before a probe
-GAIN_EMA = 0.2  # weight of a drafting round's saving in the gated budget's running mean
+GAIN_EMA = 0.2  # weight of a drafting round's saving in the gated budget's running mean (a plain mean until then)
+GAIN_MIN = 3  # drafting rounds priced before the gated budget may go plain (one unlucky round decided it before)
 ROW_SHARE = 0.25  # a verify row's seconds as a share of a plain step, until measured (2-core Zen 3: 13 ms of 48)
 DRAFT_SHARE = 0.1  # a draft step's seconds as a share of a plain step, until measured (a head there: 5 ms of 48)
 
@@ -83,6 +85,7 @@ class CostBudget:
         self.choices: list[int] = []
         self._probing = False
         self.gain: float | None = None  # gated: running mean of the seconds a drafting round saved over plain steps
+        self.priced = 0  # gated: drafting rounds in that mean
         self._unpriced: list[tuple[int, float]] = []  # gated: (emitted, seconds) of drafting rounds before t_1 is known
         self._ran = False  # the last round ran the drafter
 
@@ -158,8 +161,10 @@ class CostBudget:
                 self._unpriced.append((emitted, draft_seconds + verify_seconds))
             if self.gated and 1 in self.t_verify:
                 for n, secs in self._unpriced:
+                    self.priced += 1
+                    w = max(GAIN_EMA, 1.0 / self.priced)  # the mean of the first rounds, then a running mean
                     saved = n * self.t_verify[1] - secs
-                    self.gain = saved if self.gain is None else (1 - GAIN_EMA) * self.gain + GAIN_EMA * saved
+                    self.gain = saved if self.gain is None else (1 - w) * self.gain + w * saved
                 self._unpriced.clear()
         self._ran = ran
         if self._probing:
@@ -176,7 +181,7 @@ class CostBudget:
             return self.gamma
         if 1 not in self.t_verify:
             return 0
-        if self.gain is None or self.gain > 0:
+        if self.gain is None or self.priced < GAIN_MIN or self.gain > 0:
             return self.gamma
         if self.plain_run >= self.probe_min and self.explored + (self.probe_cost or 0.0) <= self.explore * self.elapsed:
             self._probing = True
