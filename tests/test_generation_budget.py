@@ -9,7 +9,7 @@ import pytest
 
 import minitorch.generation.speculative as spec
 from minitorch.generation import ModelDrafter, SamplingConfig, generate, speculative_generate
-from minitorch.generation.budget import CostBudget
+from minitorch.generation.budget import GAIN_MIN, CostBudget
 from test_generation_fakes import FakeModel
 
 
@@ -174,8 +174,8 @@ def test_gated_rounds_draft_while_they_save_and_go_plain_with_probes_when_not():
         g = b.choose([], [])
         seen.append(g)
         b.record(0, 1 if g else 0, 0.005 if g else 0.0, 0.05)  # the gate keeps nothing: 55 ms for one token
-    assert seen[0] == 3 and b.gain < 0 and seen[-10:].count(0) >= 7  # plain but for probes
-    probes = [i for i, g in enumerate(seen) if g][1:]
+    assert seen[:GAIN_MIN] == [3] * GAIN_MIN and b.gain < 0 and seen[-10:].count(0) >= 7  # plain but for probes
+    probes = [i for i, g in enumerate(seen) if g][GAIN_MIN:]
     assert probes and all(b - a > 3 for a, b in zip(probes, probes[1:]))
     while b.choose([], []) == 0:
         b.record(0, 0, 0.0, 0.05)
