@@ -140,7 +140,8 @@ def test_the_real_engine_runs_conversations_and_the_summary_has_categories(tmp_p
         spec, plain = by[(cat, "spec")], by[(cat, "target")]
         assert spec["text"] == plain["text"] and len(spec.get("turns", [None])) == turns
         st = spec["stats"]
-        assert sum(st["round_emitted"]) == spec["generated_tokens"] == st["new_tokens"]
+        # each turn's prefill gives its first token, in no round
+        assert st["prefill_tokens"] + sum(st["round_emitted"]) == spec["generated_tokens"] == st["new_tokens"]
         assert st["drafted"] == sum(st["round_drafted"]) and st["rounds"] == len(st["round_drafted"])
     s = summarize(recs, n_boot=50)
     assert list(s["categories"]) == ["writing", "math", "qa"] and s["modes"]["spec"]["accuracy"] is None

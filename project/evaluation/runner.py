@@ -299,7 +299,7 @@ class ConversationResult:
 
 
 SUMMED = ("new_tokens", "drafted", "accepted", "target_tokens", "target_forwards", "draft_forwards", "rounds",
-          "time_prefill", "time_draft", "time_verify", "time_sample", "time_total")
+          "prefill_tokens", "time_prefill", "time_draft", "time_verify", "time_sample", "time_total")
 LOGS = ("round_emitted", "round_drafted", "round_accepted")
 
 
@@ -333,7 +333,7 @@ def combine_turns(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     c = t_draft / t_target if t_target > 0 else 0.0
     mean_gamma = out["drafted"] / rounds if rounds else 0.0
     out.update(alpha=out["accepted"] / out["drafted"] if out["drafted"] else 0.0, token_acceptance=token_acc,
-               tau=out["new_tokens"] / fw if fw else 0.0, mean_gamma=mean_gamma,
+               tau=(out["new_tokens"] - out.get("prefill_tokens", 0)) / fw if fw else 0.0, mean_gamma=mean_gamma,
                per_position_acceptance=[a / j if j else 0.0 for a, j in zip(accepted, judged)],
                per_position_judged=judged, accept_length_hist=hist, cost_ratio_c=c,
                predicted_speedup=predicted_speedup(token_acc, mean_gamma, c) if rounds else 1.0)
