@@ -415,14 +415,9 @@ def test_ttt_loss_and_gradients_match_torch(backend, steps):
 def packed_target(tmp_path_factory):
     """A tiny qwen2 GGUF (Q8_0, 256-wide rows): packed weights, so the CPU's one-call forward applies."""
     pytest.importorskip("gguf")
-    from test_models_util import write_gguf
+    from test_models_util import packed_tiny_qwen2
 
-    root = tmp_path_factory.mktemp("packed_head_target")
-    hf = hf_qwen2(seed=3, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512,
-                  num_hidden_layers=2, tie_word_embeddings=False)
-    path = write_gguf(root / "tiny.gguf", hf, tiny_bpe(), qtype="Q8_0")
-    model, tok = load_model(str(path), progress=False, weights="packed", cache_dir=root / "c")
-    return model, tok
+    return packed_tiny_qwen2(tmp_path_factory.mktemp("packed_head_target"), seed=3)
 
 
 def test_packed_head_step_is_forward_and_logits_bit_for_bit(packed_target, monkeypatch):

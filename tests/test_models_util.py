@@ -203,3 +203,14 @@ def count_calls(monkeypatch: Any, owner: Any, name: str) -> dict[str, int]:
 
     monkeypatch.setattr(owner, name, counted)
     return calls
+
+
+def packed_tiny_qwen2(root: Path, seed: int) -> tuple[Any, Any]:
+    """(model, tokenizer) of a tiny qwen2 written as a Q8_0 GGUF (256-wide rows) under `root` and loaded packed, so
+    the CPU's one-call forward applies (tree steps, a packed head's draft steps)."""
+    from minitorch.models import load_model
+
+    hf = hf_qwen2(seed=seed, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512,
+                  num_hidden_layers=2, tie_word_embeddings=False)
+    path = write_gguf(root / "tiny.gguf", hf, tiny_bpe(), qtype="Q8_0")
+    return load_model(str(path), progress=False, weights="packed", cache_dir=root / "c")

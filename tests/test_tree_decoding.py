@@ -13,23 +13,18 @@ from minitorch.generation import generate
 from minitorch.generation import tree_decoding as td
 from minitorch.generation.head_drafter import HeadDrafter, top_logprobs
 from minitorch.generation.tree import build_tree
-from minitorch.models import load_model
 from minitorch.models.draft_head import DraftHead, DraftHeadConfig
 
 pytest.importorskip("gguf")
 pytest.importorskip("torch")
-from test_models_util import hf_qwen2, tiny_bpe, write_gguf  # noqa: E402
+from test_models_util import packed_tiny_qwen2  # noqa: E402
 
 PROMPT = [5, 17, 42, 8, 99, 23, 61, 7]
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tree_decoding")
-    hf = hf_qwen2(seed=6, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512,
-                  num_hidden_layers=2, tie_word_embeddings=False)
-    target, _ = load_model(str(write_gguf(root / "tiny.gguf", hf, tiny_bpe(), qtype="Q8_0")), progress=False,
-                           weights="packed", cache_dir=root / "c")
+    target, _ = packed_tiny_qwen2(tmp_path_factory.mktemp("tree_decoding"), seed=6)
     head = DraftHead(DraftHeadConfig.for_target(target, head_vocab=256, intermediate_size=128), target.backend,
                      seed=3).packed()
     return target, head

@@ -11,24 +11,18 @@ import pytest
 import minitorch
 import minitorch.models.qwen2 as qwen2
 from minitorch.generation.tree import DraftTree, verify_tree_reference
-from minitorch.models import load_model
 from minitorch.models import tree_step
 from minitorch.models.tree_step import keep_path, tree_layout
 
 pytest.importorskip("gguf")
 pytest.importorskip("torch")
-from test_models_util import hf_qwen2, tiny_bpe, write_gguf  # noqa: E402
+from test_models_util import packed_tiny_qwen2  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     """A tiny qwen2 GGUF (Q8_0, 256-wide rows) loaded packed: the CPU's one-call forward applies."""
-    root = tmp_path_factory.mktemp("tree_step")
-    hf = hf_qwen2(seed=5, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512,
-                  num_hidden_layers=2, tie_word_embeddings=False)
-    m, _ = load_model(str(write_gguf(root / "tiny.gguf", hf, tiny_bpe(), qtype="Q8_0")), progress=False,
-                      weights="packed", cache_dir=root / "c")
-    return m
+    return packed_tiny_qwen2(tmp_path_factory.mktemp("tree_step"), seed=5)[0]
 
 
 CONTEXT = [5, 17, 42, 8, 99, 23, 61, 7, 150, 31, 12]

@@ -100,23 +100,32 @@ class HeadDrafter:
         self.forwards += 1
         return last, logits_rows(logits, n_head)[-1]
 
+    def _check_features(self, n: int) -> None:
+        if self._n_feats < n - 1:
+            raise RuntimeError(f"the head has features for {self._n_feats} positions, needs {n - 1}: the engine "
+                               "must pass the target's features to observe()")
+
+    def _feed(self, tokens: Sequence[int]) -> tuple[Any, np.ndarray]:
+        """The head over the context's positions it has not cached yet (`feed` in the module docstring): g of the
+        last (1, 1, D) and its logits row, whose top token is the first draft."""
+        n = len(tokens)
+        self._check_features(n)
+        if self.cache.length > n - 2:  # the same context again (no new token since the last call): its last position
+            self.cache.truncate(n - 2)
+        k = self.cache.length
+        feats = from_numpy(self._feats[k:n - 1][None], backend=self.head.backend)  # (1, n-1-k, D)
+        return self._step(feats, [int(t) for t in tokens[k + 1:n]])
+
     def propose(self, tokens: Sequence[int], gamma: int, cfg: SamplingConfig, rng: np.random.Generator,
                 gate: Any = None) -> tuple[list[int], np.ndarray | None]:
         """Up to gamma drafts; with a gate (budget.py's gated CostBudget) fewer: before draft i the gate is asked with
         p, the product of the head's top probabilities so far (its confidence, read before the draw: a kept draft is
         still a draw from q), whether to keep it (`include`) and whether to run the step for the next (`extend`)."""
         n = len(tokens)
-        if self._n_feats < n - 1:
-            raise RuntimeError(f"the head has features for {self._n_feats} positions, needs {n - 1}: the engine "
-                               "must pass the target's features to observe()")
         if n < 2:  # no feature yet (a one-token prompt): nothing to draft from
+            self._check_features(n)
             return [], None
-        k = self.cache.length
-        if k > n - 2:  # the same context again (no new token since the last propose): re-run its last position
-            self.cache.truncate(n - 2)
-            k = n - 2
-        feats = from_numpy(self._feats[k:n - 1][None], backend=self.head.backend)  # (1, n-1-k, D)
-        g, row = self._step(feats, [int(t) for t in tokens[k + 1:n]])
+        g, row = self._feed(tokens)
         drafts: list[int] = []
         qs: list[np.ndarray] = []
         n_head = row.shape[0]
@@ -150,14 +159,9 @@ class HeadDrafter:
         position reading its parent's g and seeing its own ancestors' rows in the head's cache (not its siblings').
         The same tree as expanding each path alone (tests/test_tree_decoding.py); the cache is trimmed after."""
         n = len(tokens)
-        if self._n_feats < n - 1 or n < 2:
-            raise RuntimeError(f"the head has features for {self._n_feats} positions, needs {n - 1} (and a context "
-                               "of two tokens or more)")
-        if self.cache.length > n - 2:
-            self.cache.truncate(n - 2)
-        k = self.cache.length
-        feats = from_numpy(self._feats[k:n - 1][None], backend=self.head.backend)
-        g, row = self._step(feats, [int(t) for t in tokens[k + 1:n]])
+        if n < 2:
+            raise RuntimeError("a draft tree needs a context of two tokens or more")
+        g, row = self._feed(tokens)
         base = self.cache.length  # n - 1: the tree's rows go after
         fed: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {
             (): (g.to_numpy().reshape(-1), row, np.zeros(0, dtype=np.uint8))}  # path -> (g, logits, sees)

@@ -95,6 +95,32 @@ def next_gamma(gamma: int, n_drafted: int, n_accepted: int) -> int:
     return gamma
 
 
+def prefill_first_token(target: Any, drafter: Any, prompt: list[int], cache: Any, drafter_len: int, vocab: int,
+                        cfg: SamplingConfig, rng: np.random.Generator, stops: set[int], max_new_tokens: int,
+                        st: SpecStats, on_tokens: TokenCallback | None) -> tuple[list[int], bool]:
+    """The whole prompt through the target, as the target alone's prefill, and the drafter started (with the prompt's
+    features, for a drafter that reads them); the prefill's last row gives the first token, counted in st as a
+    target token of no round. Returns (out, done)."""
+    with st.timer("prefill"):
+        if getattr(drafter, "needs_hidden", False):
+            logits, feats = target(prompt, cache, last_n=1, return_hidden=True)
+            drafter.start(prompt, drafter_len, vocab)
+            drafter.observe(feats)  # features of positions 0 .. len(prompt) - 1
+        else:
+            logits = target(prompt, cache, last_n=1)
+            drafter.start(prompt, drafter_len, vocab)
+    with st.timer("sample"):
+        first = next_token(logits_rows(logits, vocab)[-1], cfg, rng)
+    out: list[int] = []
+    _, done = emit([first], out, max_new_tokens, stops)
+    st.new_tokens += 1
+    st.target_tokens += 1
+    st.prefill_tokens = 1
+    if on_tokens is not None:
+        on_tokens(list(out))
+    return out, done
+
+
 @no_grad()  # inference: no autodiff history
 def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequence[int],
                          max_new_tokens: int, cfg: SamplingConfig | None = None,
@@ -131,25 +157,9 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     if cache is None:
         cache = target.new_cache(max_len)
     wants_feats = bool(getattr(drafter, "needs_hidden", False))  # a trained head drafts from the target's features
-    with timer("prefill"):  # the whole prompt, as the target alone's prefill, whose last row gives the first token
-        feats = None
-        if wants_feats:
-            logits, feats = target(prompt, cache, last_n=1, return_hidden=True)
-        else:
-            logits = target(prompt, cache, last_n=1)
-        drafter.start(prompt, max_len, vocab)
-        if feats is not None:
-            drafter.observe(feats)  # features of positions 0 .. len(prompt) - 1
-    with timer("sample"):
-        first = next_token(logits_rows(logits, vocab)[-1], cfg, rng)
-    out: list[int] = []
-    _, done = emit([first], out, max_new_tokens, stops)
-    st.new_tokens += 1
-    st.target_tokens += 1
-    st.prefill_tokens = 1
+    out, done = prefill_first_token(target, drafter, prompt, cache, max_len, vocab, cfg, rng, stops, max_new_tokens,
+                                    st, on_tokens)
     context = prompt + out  # the first token is the pending one: every context token but it is in the cache
-    if on_tokens is not None:
-        on_tokens(list(out))
     g_now = gamma
     gated = bool(getattr(drafter, "gated", False))  # a drafter that asks the budget before each draft (a head)
     budget = adaptive_gamma if isinstance(adaptive_gamma, CostBudget) else (
@@ -159,7 +169,7 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     while not done:
         if budget is not None:
             g_now = budget.choose(st.position_accepted, st.position_judged)
-            before = (st.draft_forwards, timer.get("draft"), timer.get("verify"))  # the round's costs: growth
+            before = st.costs()
         # never draft more than can be emitted: a round emits at most g + 1 tokens
         g = min(g_now, max_new_tokens - len(out) - 1)
         drafts: list[int] = []
@@ -188,8 +198,7 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
             cache.truncate(len(context) - 1)
             drafter.rollback(len(context) - 1)
         if budget is not None:
-            budget.record(len(drafts), st.draft_forwards - before[0], timer.get("draft") - before[1],
-                          timer.get("verify") - before[2], n_emit)
+            budget.record(len(drafts), *st.costs_since(before), n_emit)
         if on_tokens is not None:
             on_tokens(out[len(out) - n_emit:])
         if adaptive_gamma is True:

@@ -120,6 +120,13 @@ class SpecStats:
     accept_length_hist: list[int] = field(default_factory=list)
     timer: Timer = field(default_factory=Timer)
 
+    def costs(self) -> tuple[int, float, float]:
+        """(draft forwards, draft seconds, verify seconds) so far: a round's costs are the growth of these."""
+        return self.draft_forwards, self.timer.get("draft"), self.timer.get("verify")
+
+    def costs_since(self, before: tuple[int, float, float]) -> tuple[int, float, float]:
+        return tuple(now - then for now, then in zip(self.costs(), before))  # type: ignore[return-value]
+
     def record_round(self, n_drafted: int, n_accepted_judged: int, n_emitted_drafts: int,
                      n_emitted_target: int) -> None:
         """One verification: n_drafted proposed, n_accepted_judged passed the rule, and of the emitted

@@ -28,6 +28,7 @@ from .. import no_grad
 from ..models.tree_step import keep_path
 from .autoregressive import TokenCallback, check_request, emit
 from .budget import CostBudget
+from .speculative import prefill_first_token
 from .sampling import SamplingConfig, greedy_tokens, logits_rows
 from .stats import GenerationResult, SpecStats
 from .tree import DraftTree, accept_tree_greedy
@@ -66,22 +67,14 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
     t0 = time.perf_counter()
     max_len = len(prompt) + max_new_tokens
     cache = target.new_cache(max_len + budget + 1)  # a round writes budget + 1 rows before it keeps its path
-    with timer("prefill"):  # the whole prompt; its last row gives the first token (speculative.py)
-        logits, feats = target(prompt, cache, last_n=1, return_hidden=True)
-        drafter.start(prompt, max_len + top_k * depth + 1, vocab)  # a tree's levels sit in its cache for a round
-        drafter.observe(feats)
-    out: list[int] = []
-    _, done = emit([int(greedy_tokens(logits_rows(logits, vocab))[-1])], out, max_new_tokens, stops)
-    st.new_tokens += 1
-    st.target_tokens += 1
-    st.prefill_tokens = 1
-    if on_tokens is not None:
-        on_tokens(list(out))
+    # a tree's levels sit in the drafter's cache for a round
+    out, done = prefill_first_token(target, drafter, prompt, cache, max_len + top_k * depth + 1, vocab, cfg,
+                                    cfg.make_rng(), stops, max_new_tokens, st, on_tokens)
     gate = adaptive if isinstance(adaptive, CostBudget) else (
         CostBudget(depth, gated=True) if adaptive == "cost" else None)
     context, nodes = prompt + out, []
     while not done:
-        before = (st.draft_forwards, timer.get("draft"), timer.get("verify"))
+        before = st.costs()
         tree = DraftTree()
         if gate is None or gate.choose(st.position_accepted, st.position_judged):
             with timer("draft"):
@@ -106,8 +99,7 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
             drafter.observe(np.ascontiguousarray(feats.to_numpy()[0][rows]))
             drafter.rollback(len(context) - 1)
         if gate is not None:
-            gate.record(len(tree), st.draft_forwards - before[0], timer.get("draft") - before[1],
-                        timer.get("verify") - before[2], n_emit)
+            gate.record(len(tree), *st.costs_since(before), n_emit)
         if on_tokens is not None:
             on_tokens(out[len(out) - n_emit:])
     stats = st.as_dict(time.perf_counter() - t0)
