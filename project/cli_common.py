@@ -77,7 +77,7 @@ class Models:
             raise UserError("no draft head is loaded (start with --drafter head)")
         spec = DrafterSpec(kind=kind, model=self.draft if kind == "model" else None,
                            head=self.head if kind == "head" else None, gamma=gamma or s.gamma,
-                           extend=s.extend if kind == "model" else 0,
+                           extend=s.extend if kind in ("model", "head") else 0,
                            propose_vocab=s.draft_vocab if kind == "model" else 0,
                            adaptive=s.adaptive if adaptive is None else adaptive,
                            tree=s.tree if kind == "head" else None)

@@ -130,8 +130,9 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                         "all verified in one target step whose rows see only their own ancestors; greedy, CPU engine "
                         "(minitorch/generation/tree_decoding.py). Default: none (chains)")
     g.add_argument("--draft-extend", type=int, default=None, metavar="N",
-                   help="after the draft model's gamma tokens, up to N more by prompt lookup (the n-gram "
-                        "continuation of context + drafts: no draft forward, only verify rows; lossless). "
+                   help="after the draft model's (or, on the CUDA-graph path, the draft head's) gamma tokens, up "
+                        "to N more by prompt lookup (the n-gram continuation of context + drafts: no draft forward, "
+                        "only verify rows; lossless). "
                         "Default (settings.default_extend): 4 on the CUDA-graph path with a draft model, an exact "
                         "tensor-core verify and a fixed gamma (GSM8K on an H200: 1.68x the target alone vs 1.44x "
                         "for gamma 4 without); 0 elsewhere (on the CPU it did not pay: 1.11x vs 1.14x)")
@@ -322,8 +323,11 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
         raise UserError(f"--draft-vocab must be >= 0, got {draft_vocab}")
     if extend is not None and extend < 0:
         raise UserError(f"--draft-extend must be >= 0, got {extend}")
-    if extend and drafter not in ("model", "auto"):
-        raise UserError("--draft-extend continues a draft model's tokens: it needs --drafter model")
+    if extend and drafter not in ("model", "head", "auto"):
+        raise UserError("--draft-extend continues a draft model's or head's tokens: it needs --drafter model or head")
+    if extend and drafter == "head" and not (backend == "cuda" and dtype != "float32"):
+        raise UserError("--draft-extend with --drafter head runs on the CUDA-graph engine only (--backend cuda): on "
+                        "the CPU a looked-up row costs a fifth of a target step, which the draft budget does not price")
     if get("head", None) and drafter not in ("head", "auto"):
         raise UserError(f"--head names a draft head: it needs --drafter head (or auto), not --drafter {drafter}")
     tree = parse_tree(get("draft_tree", None))

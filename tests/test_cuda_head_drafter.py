@@ -101,6 +101,31 @@ def test_greedy_with_the_head_equals_the_target(models, setup, gamma):
         assert min(cost.stats["draft_choices"]) >= 1 and max(cost.stats["draft_choices"]) <= gamma
 
 
+@pytest.mark.parametrize("steps, gamma", [(1, 4), (2, 5), (3, 3)])
+@pytest.mark.gpu
+@needs_gpu
+def test_greedy_with_the_head_and_lookup_equals_the_target(models, steps, gamma):
+    """--draft-extend with the head: it drafts `steps` tokens, prompt lookup continues them up to gamma in the verify
+    graph (point masses), and the head's next round reads the target's rows of whatever was accepted."""
+    from minitorch.generation.cuda import HeadGpuDrafter, generate_cuda, speculative_generate_cuda
+
+    _, w, head, hw = models
+    target, hdec = _decoders(w, head, hw, target_mode=dict(gemv="tc"), head_gemv="ourstc")
+    d = HeadGpuDrafter(hdec, lookup_steps=steps)
+    for prompt in PROMPTS:
+        ref = generate_cuda(target, prompt, 40).tokens
+        res = speculative_generate_cuda(target, d, prompt, 40, gamma=gamma)
+        assert res.tokens == ref, (prompt, steps, gamma)
+        st = res.stats
+        assert 0 < st["draft_forwards"] <= st["rounds"] * min(steps, gamma)  # the head drafts its share only
+        assert st["drafted"] > st["draft_forwards"] or steps >= gamma  # lookup filled the rest of the rounds
+        one = SamplingConfig(temperature=1.0, top_k=1, seed=3)  # sampled, top-k 1: the greedy text again
+        assert speculative_generate_cuda(target, d, prompt, 40, one, gamma=gamma).tokens == ref
+        cfg = SamplingConfig(temperature=0.8, top_k=20, top_p=0.9, seed=5)
+        a = speculative_generate_cuda(target, d, prompt, 40, cfg, gamma=gamma)
+        assert a.tokens == speculative_generate_cuda(target, d, prompt, 40, cfg, gamma=gamma).tokens
+
+
 # ------------------------------------------------------------------ (2) proposals == the CPU head's
 class Recorder:
     """Wraps a HeadGpuDrafter: after each round's draft, the context (prompt + emitted), the drafts the head wrote
@@ -415,6 +440,24 @@ def test_head_rounds_feed_the_verified_rows_then_their_own_features():
     assert d.draft(target, 3, 1, cfg) == (0, 0) and head.calls == []
     d.next_first_T(0, 0)
     assert d.draft(target, 2, 1, cfg) == (2, 2) and head.calls == [("round", 1), ("self", 1)]
+
+
+def test_head_with_lookup_drafts_its_share_then_reads_every_verified_row():
+    """--draft-extend with the head: it drafts lookup_steps tokens a round (prompt lookup adds the rest in the verify
+    graph), and its next first step reads the target's rows of every accepted token, looked-up ones too."""
+    from minitorch.generation.cuda import HeadGpuDrafter
+
+    target = FakeTarget()
+    head = FakeHead(target)
+    d = HeadGpuDrafter(head, lookup_steps=2)
+    d.prefill_target(target, [1, 2, 3, 4, 5])
+    cfg = SamplingConfig()
+    assert d.draft(target, 5, 1, cfg) == (5, 2) and head.calls == [("self", 1)] * 2
+    head.calls.clear()
+    assert d.next_first_T(4, 2) == 5  # both head drafts and two looked-up tokens accepted: five verified rows
+    assert d.draft(target, 5, 5, cfg) == (5, 2) and head.calls == [("round", 5), ("self", 1)]
+    head.calls.clear()
+    assert d.draft(target, 1, 1, cfg) == (1, 1) and head.calls == [("round", 5)]  # a short round: the head's alone
 
 
 def test_head_drafter_checks_its_decoder_and_gamma():

@@ -94,19 +94,24 @@ def test_each_backend_gets_its_drafter_object(pair):
     cpu_target = SimpleNamespace(config=SimpleNamespace(vocab_size=V), lm_head_weight=lambda: None,
                                  model=SimpleNamespace(embed_tokens=None))
     assert isinstance(drafter_for(DrafterSpec("head", head=fake_head), cpu_target, V), HeadDrafter)
+    with pytest.raises(ValueError, match="CUDA-graph engine only"):  # a CPU verify row is dear: not priced yet
+        drafter_for(DrafterSpec("head", head=fake_head, extend=2), cpu_target, V)
     gpu = SimpleNamespace(graph_decoder=True, V=V)
     gpu_draft = SimpleNamespace(graph_decoder=True, V=V)
     assert on_graphs(gpu) and not on_graphs(target)
     d = drafter_for(DrafterSpec("model", model=gpu_draft, gamma=3, extend=4, propose_vocab=9), gpu, V)
     assert isinstance(d, DecoderDrafter) and (d.device, d.lookup_steps, d.propose_vocab) == (gpu_draft, 3, 9)
-    assert isinstance(drafter_for(DrafterSpec("head", head=fake_head), gpu, V), HeadGpuDrafter)
+    h = drafter_for(DrafterSpec("head", head=fake_head), gpu, V)
+    assert isinstance(h, HeadGpuDrafter) and h.lookup_steps is None
+    h = drafter_for(DrafterSpec("head", head=fake_head, gamma=2, extend=3), gpu, V)
+    assert h.lookup_steps == 2 and DrafterSpec("head", head=fake_head, gamma=2, extend=3).round_gamma == 5
     with pytest.raises(ValueError, match="same engine"):
         drafter_for(DrafterSpec("model", model=draft), gpu, V)
 
 
 @pytest.mark.parametrize("kw, message", [
     (dict(kind="tree"), "drafter kind"), (dict(kind="model"), "needs its draft model"),
-    (dict(kind="head"), "needs its draft head"), (dict(kind="ngram", extend=2), "kind 'model'"),
+    (dict(kind="head"), "needs its draft head"), (dict(kind="ngram", extend=2), "kind 'model' or 'head'"),
     (dict(kind="ngram", gamma=0), "gamma"), (dict(kind="none", propose_vocab=-1), "propose_vocab"),
 ])
 def test_bad_specs_are_one_clear_error(kw, message):

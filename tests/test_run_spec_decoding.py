@@ -202,6 +202,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
         (["--draft-tree", "4,4,16"], "N <= 15"),
         (["--draft-tree", "2,3,6", "--drafter", "model"], "--drafter head"),
         (["--draft-tree", "2,3,6", "--temperature", "0.7"], "greedy"),
+        (["--draft-extend", "2", "--drafter", "ngram"], "--drafter model or head"),
+        (["--draft-extend", "2", "--drafter", "head"], "CUDA-graph engine only"),  # on the CPU: not priced yet
     ],
 )
 def test_flag_errors_exit_2_with_one_line(args, word):
@@ -325,6 +327,8 @@ def test_warm_up_runs_every_kernel_the_timed_runs_call(model_folders, monkeypatc
         (["--backend", "cuda", "--gamma", "5"], (5, 4)),
         (["--backend", "cuda", "--draft-extend", "0"], (4, 0)),
         (["--backend", "cuda", "--draft-extend", "2"], (4, 2)),
+        (["--backend", "cuda", "--drafter", "head", "--draft-extend", "3"], (4, 3)),  # the head's gamma, then lookup
+        (["--backend", "cuda", "--drafter", "head"], (4, 0)),  # no lookup unless asked
         (["--backend", "cuda", "--gpu-gemv", "ours"], (4, 0)),  # 8 verify rows are dear in our CUDA-core GEMV
         (["--backend", "cuda", "--adaptive-gamma"], (4, 0)),
         (["--backend", "cuda", "--drafter", "ngram"], (4, 0)),

@@ -26,7 +26,7 @@ target's input instead, and the acceptance rule treats them as point masses (q =
 
 Drafters on this path share one protocol, `GpuDrafter` (below): `DecoderDrafter(decoder, propose_vocab,
 lookup_steps)` is the draft model (a CudaDecoder; --draft-vocab, --draft-extend), `HostDrafter(drafter)` any
-host drafter (prompt lookup), `HeadGpuDrafter(head_decoder)` a trained draft head on the device (minitorch/cuda/head.py:
+host drafter (prompt lookup), `HeadGpuDrafter(head_decoder, lookup_steps)` a trained draft head on the device (minitorch/cuda/head.py:
 its first step of a round reads the target's final normed hidden states of the verified rows straight from the
 target decoder's buffer, then it drafts from its own features); speculative_generate_cuda never asks which kind it
 drives.
@@ -240,9 +240,9 @@ class HeadGpuDrafter(GpuDrafter):
     0..n-3 and keeps f_{n-2} for the first round. A one-token prompt has no feature: its first round drafts
     nothing (HeadDrafter proposes nothing there too). A round of g = 0 (only a run's last) skips the head."""
 
-    def __init__(self, head: Any) -> None:
+    def __init__(self, head: Any, lookup_steps: int | None = None) -> None:
         self.device = head
-        self.lookup_steps = None
+        self.lookup_steps = lookup_steps or None  # its tokens a round, continued by prompt lookup (--draft-extend)
         self._from_target = False  # the next first step reads the target's verify rows (else the head's own)
         self._T = 1
         self._skip = False  # no feature yet: draft nothing
@@ -285,15 +285,18 @@ class HeadGpuDrafter(GpuDrafter):
         if g <= 0 or self._skip:
             return 0, 0
         head = self.device
+        gq = min(g, self.lookup_steps) if self.lookup_steps else g  # the rest: prompt lookup, in the verify graph
         if self._from_target:
             head.feed("round", self._T)
         else:
             head.feed("self", 1)
-        for _ in range(g - 1):
+        for _ in range(gq - 1):
             head.feed("self", 1)
-        return g, g
+        return g, gq
 
     def next_first_T(self, n: int, gq: int) -> int:
+        # the target's rows of every accepted token, looked-up ones too, and the correction or bonus: the head's
+        # position is rolled back from the target's (head_input_bf16), whatever spec_accept wrote for a draft decoder
         self._from_target, self._T, self._skip = True, n + 1, False
         return n + 1
 

@@ -19,7 +19,9 @@ A DrafterSpec says who proposes tokens in terms common to both engines:
              its proposals to the first n token ids (its LM head computes that slice)
     "ngram"  prompt lookup alone (NGramDrafter: no second model)
     "head"   a trained draft head (models/draft_head.py on the CPU; its cuda/head.py HeadDecoder on the GPU); on the CPU,
-             greedy, `tree=(top_k, depth, budget)` drafts a tree a round instead of a chain (tree_decoding.py)
+             greedy, `tree=(top_k, depth, budget)` drafts a tree a round instead of a chain (tree_decoding.py); on the
+             GPU, `extend` continues its gamma tokens by prompt lookup as the draft model's (summaries, passages: text
+             the answer copies)
 
 and `drafter_for` makes the engine's object for it: ModelDrafter / ExtendedDrafter / NGramDrafter / HeadDrafter on
 the CPU (the Drafter protocol, drafters.py), DecoderDrafter / HostDrafter / HeadGpuDrafter on the GPU (the GpuDrafter
@@ -56,7 +58,7 @@ class DrafterSpec:
     model: Any = None  # "model": the draft model, on the target's backend
     head: Any = None  # "head": a DraftHead (CPU engine) or its HeadDecoder (CUDA-graph engine)
     gamma: int = 4  # tokens drafted a round (the model's own when extend > 0)
-    extend: int = 0  # "model": prompt-lookup tokens after the model's gamma
+    extend: int = 0  # "model" (and "head" on the CUDA-graph engine): prompt-lookup tokens after the drafter's gamma
     propose_vocab: int = 0  # "model": propose among the first n token ids only; 0 = all
     adaptive: bool | str = False  # True: raise gamma after a fully accepted round, lower it after an early
     # rejection; "cost": each round drafts 0..gamma by the measured acceptance and costs (budget.py; CPU engine)
@@ -76,8 +78,9 @@ class DrafterSpec:
             raise ValueError("a 'head' drafter needs its draft head (DrafterSpec(head=...))")
         if self.adaptive not in (False, True, "cost"):
             raise ValueError(f"adaptive must be False, True or 'cost', got {self.adaptive!r}")
-        if self.extend and self.kind != "model":
-            raise ValueError("extend continues a draft model's tokens by prompt lookup: it needs kind 'model'")
+        if self.extend and self.kind not in ("model", "head"):
+            raise ValueError("extend continues a draft model's or head's tokens by prompt lookup: it needs kind "
+                             "'model' or 'head'")
         if self.tree is not None:
             if self.kind != "head":
                 raise ValueError("a draft tree is drafted by a head: it needs kind 'head'")
@@ -86,7 +89,7 @@ class DrafterSpec:
 
     @property
     def round_gamma(self) -> int:
-        """Tokens a round verifies at most: the model's gamma plus its looked-up ones."""
+        """Tokens a round verifies at most: the drafter's gamma plus its looked-up ones."""
         return self.gamma + self.extend
 
 
@@ -127,17 +130,19 @@ def drafter_for(spec: DrafterSpec, target: Any, vocab_size: int) -> Any:
         from .drafters import NGramDrafter
 
         return NGramDrafter()
+    steps = spec.gamma if spec.extend else None
     if spec.kind == "head":
         if graphs:  # the head's GPU decoder (minitorch/cuda/head.py) over the target decoder
             from .cuda import HeadGpuDrafter
 
-            return HeadGpuDrafter(spec.head)
+            return HeadGpuDrafter(spec.head, lookup_steps=steps)
+        if steps:  # a CPU verify row costs a fifth of a step: looked-up rows are the gate's to price, not yet done
+            raise ValueError("a head's drafts continued by prompt lookup (extend) run on the CUDA-graph engine only")
         from .head_drafter import HeadDrafter
 
         return HeadDrafter(spec.head, target)
     if on_graphs(spec.model) != graphs:
         raise ValueError("the draft model and the target must run on the same engine (both CudaDecoders or neither)")
-    steps = spec.gamma if spec.extend else None
     if graphs:
         from .cuda import DecoderDrafter
 
