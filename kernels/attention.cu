@@ -328,12 +328,13 @@ __device__ bool attn_partial_body(const T* q, const T* kc, const T* vc, float* w
 // rows (the decoder's caches), in a fraction of the code: compile-time sizes, no scalar fallback, no index
 // divisions in the loops, the key loop of P.V rolled. The arithmetic is attn_partial_body's, operation for
 // operation (the same tile_dot, softmax and P.V order), so it writes the same bits (tests/test_cuda_attention.py).
-template <int DH, bool ROWS = false>
+template <int DH, bool ROWS = false, bool TREE = false>
 __device__ bool attn_partial_fast(const bf16_t* q, const bf16_t* kc, const bf16_t* vc, float* ws_m, float* ws_l,
                                   float* ws_acc, const int* pos_ptr, int q_off, i64 qsb, i64 qsh, i64 qst, i64 ksb,
                                   i64 ksh, i64 ksl, i64 vsb, i64 vsh, i64 vsl, int Hq, int Hkv, int Tq, int L,
                                   int KB, float scale, int split, int nsplit, bool& waited,
-                                  const int* tslot = nullptr, bool preload = true) {
+                                  const int* tslot = nullptr, bool preload = true, const int* tbase = nullptr,
+                                  const int* tanc = nullptr, int tw = 0) {
   constexpr int CPR = DH * 2 / 16;                 // 16-byte pieces per K/V row
   constexpr int PER = ATT_CH * CPR / ATT_THREADS;  // pieces per thread per tile
   constexpr int ROWB = DH * 2 + 16;                // tile row stride (bytes): 16-byte aligned, bank-skewed
@@ -361,10 +362,17 @@ __device__ bool attn_partial_fast(const bf16_t* q, const bf16_t* kc, const bf16_
   const int kmax = min(q_start + tmax, L - 1) + 1;
   const int kstart = split * KB, kend = min(kstart + KB, kmax);
   if (kstart >= kmax) return false;  // uniform over the block: before any barrier
-  const i64 sb = ROWS ? (i64)tslot[b] : (i64)b;
+  const i64 sb = TREE ? 0 : ROWS ? (i64)tslot[b] : (i64)b;
   const unsigned char* kb = reinterpret_cast<const unsigned char*>(kc + sb * ksb + kvh * ksh);
   const unsigned char* vb = reinterpret_cast<const unsigned char*>(vc + sb * vsb + kvh * vsh);
   const i64 kslb = ksl * 2, vslb = vsl * 2;
+  // TREE (attn_tree_partial_*): token b's keys in the order a decode step at its position reads them: the cache
+  // below the tree's first row base, then its ancestors and itself, key base + k at row base + tanc[b * tw + k]
+  const int base = TREE ? *tbase : 0;
+  auto krow = [&](int v) -> i64 {
+    if constexpr (TREE) return v < base ? (i64)v : (i64)base + tanc[b * tw + (v - base)];
+    else return (i64)v;
+  };
   // the chunk starting at key c0 -> registers (piece e = tid + u * ATT_THREADS: key e / CPR, piece e % CPR;
   // zeros past kend): issued a chunk ahead, so its round trip overlaps the work on the one before
   uint4 kreg[PER], vreg[PER];
@@ -373,8 +381,9 @@ __device__ bool attn_partial_fast(const bf16_t* q, const bf16_t* kc, const bf16_
     for (int u = 0; u < PER; ++u) {
       const int e = tid + u * ATT_THREADS, j = e / CPR, c = e % CPR;
       const bool ok = c0 + j >= lo && c0 + j < hi;
-      kreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(kb + (c0 + j) * kslb) + c) : make_uint4(0, 0, 0, 0);
-      vreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(vb + (c0 + j) * vslb) + c) : make_uint4(0, 0, 0, 0);
+      const i64 kr = ok ? krow(c0 + j) : 0;
+      kreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(kb + kr * kslb) + c) : make_uint4(0, 0, 0, 0);
+      vreg[u] = ok ? __ldg(reinterpret_cast<const uint4*>(vb + kr * vslb) + c) : make_uint4(0, 0, 0, 0);
     }
   };
   auto store_chunk = [&](const uint4 (&reg)[PER]) {
@@ -388,7 +397,8 @@ __device__ bool attn_partial_fast(const bf16_t* q, const bf16_t* kc, const bf16_
   // The keys before q_start were cached by earlier steps: on the first split they are loaded before
   // pdl_wait, while the QKV GEMV that writes this step's keys, values and queries finishes.
   // (ROWS without preload: a prefill step, whose tokens see keys this step's QKV GEMV writes: none early)
-  const int pre = waited || (ROWS && !preload) ? kstart : min(kend, q_start);
+  // (TREE: the keys below the tree's first row; the tree's rows are this step's)
+  const int pre = waited || (ROWS && !preload) ? kstart : min(kend, TREE ? base : q_start);
   load_chunk(kstart, kstart, pre);
   if (!waited) {
     pdl_wait();
@@ -405,8 +415,9 @@ __device__ bool attn_partial_fast(const bf16_t* q, const bf16_t* kc, const bf16_
     for (int u = 0; u < PER; ++u) {
       const int e = tid + u * ATT_THREADS, j = e / CPR, c = e % CPR;
       if (kstart + j >= pre && kstart + j < kend) {
-        kreg[u] = __ldg(reinterpret_cast<const uint4*>(kb + (kstart + j) * kslb) + c);
-        vreg[u] = __ldg(reinterpret_cast<const uint4*>(vb + (kstart + j) * vslb) + c);
+        const i64 kr = krow(kstart + j);
+        kreg[u] = __ldg(reinterpret_cast<const uint4*>(kb + kr * kslb) + c);
+        vreg[u] = __ldg(reinterpret_cast<const uint4*>(vb + kr * vslb) + c);
       }
     }
   }
@@ -553,6 +564,28 @@ ATT_FAST_INST(128)
   }
 ATT_ROWS_INST(64)
 ATT_ROWS_INST(128)
+// A draft tree's verify step (minitorch/cuda/decoder.py CudaDecoder.tree_step): token b of the step (Tq = 1, the
+// batched layout) sits at position pos[b] = *tbase + its depth and reads the keys a decode step at that position
+// reads, in the same order: positions below *tbase from the cache rows of the same index, then its ancestors and
+// itself (its path from the tree's root), key *tbase + k at row *tbase + tanc[b * tw + k] (the tree's rows follow
+// *tbase in step order). Same body, splits and merge (attn_rows_combine_bf16 over pos) as the decode step, so a
+// tree row gets a decode step's bits; it never reads a sibling branch's rows. Grid (slots, T * Hkv, ceil(G / 8)).
+#define ATT_TREE_INST(DH)                                                                                 \
+  __global__ void __launch_bounds__(ATT_THREADS) attn_tree_partial_bf16_d##DH(                            \
+      const bf16_t* q, const bf16_t* kc, const bf16_t* vc, float* ws_m, float* ws_l, float* ws_acc,       \
+      const int* pos, const int* tbase, const int* tanc, int tw, i64 qsb, i64 qsh, i64 ksh, i64 ksl, int Hq, \
+      int Hkv, int L, int KB, float scale, int nsplit) {                                                   \
+    bool waited = false;                                                                                  \
+    for (int split = blockIdx.x; split < nsplit; split += gridDim.x) {                                   \
+      if (!attn_partial_fast<DH, true, true>(q, kc, vc, ws_m, ws_l, ws_acc, pos, 0, qsb, qsh, 0, 0, ksh, ksl, \
+                                             0, ksh, ksl, Hq, Hkv, 1, L, KB, scale, split, nsplit, waited,  \
+                                             nullptr, true, tbase, tanc, tw))                              \
+        break;                                                                                            \
+      __syncthreads();                                                                                    \
+    }                                                                                                     \
+  }
+ATT_TREE_INST(64)
+ATT_TREE_INST(128)
 __global__ void attn_rows_combine_bf16(const float* ws_m, const float* ws_l, const float* ws_acc, bf16_t* out,
                                        int Hq, int D, int nsplit, const int* pos, int L, int KB) {
   pdl_trigger();

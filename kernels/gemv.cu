@@ -225,7 +225,7 @@ __device__ void resnorm_row(const float* row, const bf16_t* __restrict__ nw, bf1
   }
 }
 
-enum { OUT_PLAIN = 0, OUT_GUSILU = 1, OUT_RESNORM = 2, OUT_QKVROPE = 3 };
+enum { OUT_PLAIN = 0, OUT_GUSILU = 1, OUT_RESNORM = 2, OUT_QKVROPE = 3, OUT_QKVROPE_TREE = 4 };
 
 // What the QKV rope epilogue needs (zero for the other kernels).
 struct RopeArgs {
@@ -235,6 +235,8 @@ struct RopeArgs {
   QkvOut<bf16_t> out;  // q (T, Hq, D), K / V caches (Hkv, max_len, D)
   const int* tslot = nullptr;  // the batched kernels (gemvtcb*): token t's sequence, whose caches start at
   i64 slot_stride = 0;         // kc / vc + tslot[t] * slot_stride (per-slot caches (S, Hkv, max_len, D))
+  const int* depth = nullptr;  // OUT_QKVROPE_TREE (a draft tree's verify step): token t is rotated at position
+                               // *pos + depth[t] and cached at row *pos + t
 };
 
 // One weight chunk (8 weights) of each of the block's rows at chunk index k8 (zeros past the row's end).
@@ -255,7 +257,7 @@ __device__ __forceinline__ void gemv_epilogue(float (*red)[ROWS * TMAX], int n0,
                                               float eps, unsigned int* counter, const RopeArgs& ra,
                                               float eb1, float eb2, int epos, float rold) {
   const int tid = threadIdx.x;
-  if (OUT == OUT_QKVROPE) {
+  if (OUT == OUT_QKVROPE || OUT == OUT_QKVROPE_TREE) {
     // rows n0 + 2p, n0 + 2p + 1 = elements i, i + D/2 of head h (permuted rows): bias, rotate, write
     // q / the K cache / the V cache, exactly as qkv_rope_append_il_bf16 does from the bf16 product
     if (tid < (ROWS / 2) * TMAX) {
@@ -282,7 +284,10 @@ __device__ __forceinline__ void gemv_epilogue(float (*red)[ROWS * TMAX], int n0,
           qkv_store_pair<bf16_t>(o, h, t, ra.pos[t], i, x1, x2, ra.theta, RopeExact());
         } else {
           if (!EE) epos = *ra.pos;
-          qkv_store_pair<bf16_t>(ra.out, h, t, epos + t, i, x1, x2, ra.theta, RopeExact());
+          if constexpr (OUT == OUT_QKVROPE_TREE)  // a tree's row: rotated at its depth, cached at its own row
+            qkv_store_pair_at<bf16_t>(ra.out, h, t, epos + ra.depth[t], epos + t, i, x1, x2, ra.theta, RopeExact());
+          else
+            qkv_store_pair<bf16_t>(ra.out, h, t, epos + t, i, x1, x2, ra.theta, RopeExact());
         }
       }
     }
@@ -847,6 +852,22 @@ GEMV_TC_INST(gemvtc8, 8, 1, 4, 2)
 GEMV_TC_INST(gemvtc8w, 8, 2, 4, 2)
 GEMV_TC_INST(gemvtc16, 16, 1, 4, 2)
 GEMV_TC_INST(gemvtc16w, 16, 2, 2, 2)
+// a draft tree's verify step (minitorch/cuda/decoder.py CudaDecoder.tree_step): the QKV kernel above with token t
+// rotated at position *pos + depth[t] (its depth in the tree) and cached at row *pos + t; the same products and
+// rounding, so a tree row whose ancestors sit at earlier rows gets the query, key and value a decode step at its
+// position computes
+#define GEMV_TC_TREE_INST(NAME, TT, NT, U, MINB)                                                          \
+  __global__ void __launch_bounds__(GEMV_THREADS, MINB) NAME##_qkvrope_tree_bf16(                          \
+      const bf16_t* W, const bf16_t* x, int N, int K, int T, const bf16_t* bias, bf16_t* q_out, bf16_t* kc, \
+      bf16_t* vc, const int* pos, int Hq, int Hkv, int D, int max_len, float theta, const int* depth) {    \
+    gemv_tc_body<TT, NT, U, OUT_QKVROPE_TREE>(                                                            \
+        W, x, 0, 0.f, 0, 0, 0, N, K, T, K, 0,                                                             \
+        RopeArgs{bias, pos, theta, QkvOut<bf16_t>{q_out, kc, vc, Hq, Hkv, D, max_len}, nullptr, 0, depth}); \
+  }
+GEMV_TC_TREE_INST(gemvtc8, 8, 1, 4, 2)
+GEMV_TC_TREE_INST(gemvtc8w, 8, 2, 4, 2)
+GEMV_TC_TREE_INST(gemvtc16, 16, 1, 4, 2)
+GEMV_TC_TREE_INST(gemvtc16w, 16, 2, 2, 2)
 // Batched tensor-core products (minitorch/cuda/batch.py, BatchDecoder): T tokens of up to T different sequences,
 // in tiles of 16. Grid (ceil(T / 16), ceil(N / ROWS)): blockIdx.x is the token tile, the fastest-varying index, so
 // the tiles that read one weight tile are scheduled together and all but the first find it in L2 (the weights

@@ -125,10 +125,13 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                    help="the draft model proposes only among the first N token ids (BPE ids run roughly by "
                         "frequency), computing that slice of its vocabulary projection; lossless; 0 = all")
     g.add_argument("--draft-tree", default=None, metavar="K,D,N",
-                   help="the draft head proposes a tree a round instead of a chain: the K most probable tokens under "
-                        "each of the K best nodes of a level, D levels, the N best nodes kept (EAGLE-2's selection), "
-                        "all verified in one target step whose rows see only their own ancestors; greedy, CPU engine "
-                        "(minitorch/generation/tree_decoding.py). Default: none (chains)")
+                   help="the draft head proposes a tree a round instead of a chain, all of it verified in one target "
+                        "step whose rows see only their own ancestors; greedy. CPU engine: the K most probable tokens "
+                        "under each of the K best nodes of a level, D levels, the N best nodes kept (EAGLE-2's "
+                        "selection; minitorch/generation/tree_decoding.py). CUDA-graph engine: a chain of D head "
+                        "drafts with up to K - 1 alternatives a depth from the head's own top-K lists (leaves, depth 1 "
+                        "first), N nodes in all (K <= 8, N >= D; minitorch/generation/cuda_tree.py). Default: none "
+                        "(chains)")
     g.add_argument("--draft-extend", type=int, default=None, metavar="N",
                    help="after the draft model's (or, on the CUDA-graph path, the draft head's) gamma tokens, up "
                         "to N more by prompt lookup (the n-gram continuation of context + drafts: no draft forward, "
@@ -337,8 +340,12 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
                             f"--drafter {drafter}")
         if get("temperature", 0.0) > 0:
             raise UserError("--draft-tree is greedy only (sampling keeps chains): drop --temperature or the tree")
-        if backend == "cuda":
-            raise UserError("--draft-tree runs on the CPU engine only so far (the GPU's trees are issue 44's next step)")
+        if backend == "cuda" and tree[0] > 8:
+            raise UserError(f"--draft-tree K,D,N on the GPU takes K <= 8 (its top-k lists), got K {tree[0]}")
+        if backend == "cuda" and (get("gpu_gemv", "auto") not in ("auto", "tc") or get("fast_verify", False)):
+            raise UserError("--draft-tree on the GPU verifies with the tensor-core GEMV (--gpu-gemv auto or tc)")
+        if backend == "cuda" and tree[2] < tree[1]:
+            raise UserError(f"--draft-tree K,D,N on the GPU drafts a chain of D with alternatives: N >= D, got {tree}")
     if backend != "cuda" and dtype == "bfloat16":
         raise UserError("--dtype bfloat16 needs --backend cuda")
     budget, adaptive_flag = get("draft_budget", "auto"), bool(get("adaptive_gamma", False))
@@ -365,7 +372,8 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
 
 def parse_tree(text: Optional[str]) -> Optional[tuple[int, int, int]]:
     """--draft-tree K,D,N as (top_k, depth, budget), each >= 1 (N at most 15: a verify of N + 1 rows stays within the
-    CPU's exact row kernel, packed.MAX_ROWS); None when not given; anything else one line."""
+    CPU's exact row kernel, packed.MAX_ROWS, and the GPU's tensor-core GEMV); None when not given; anything else one
+    line."""
     if text is None:
         return None
     parts = str(text).split(",")

@@ -92,8 +92,12 @@ BROKEN_KERNELS = {
     "attention_fast": ("attention", [("      const bool kj = sj < nk;  // a key of this chunk\n",
                                       "      const bool kj = sj < nk - 1;\n")]),
     # the batched step's attention reads the first token's sequence for every token: rows mix (tests/test_cuda_batch.py)
-    "attention_rows": ("attention", [("  const i64 sb = ROWS ? (i64)tslot[b] : (i64)b;\n",
-                                      "  const i64 sb = ROWS ? (i64)tslot[0] : (i64)b;\n")]),
+    "attention_rows": ("attention", [("  const i64 sb = TREE ? 0 : ROWS ? (i64)tslot[b] : (i64)b;\n",
+                                      "  const i64 sb = TREE ? 0 : ROWS ? (i64)tslot[0] : (i64)b;\n")]),
+    # a draft tree's rows read the step's rows in slot order, not their own paths: siblings' keys and values, past
+    # the root (tests/test_cuda_tree.py)
+    "attention_tree": ("attention", [("    if constexpr (TREE) return v < base ? (i64)v : (i64)base + tanc[b * tw + (v - base)];\n",
+                                      "    if constexpr (TREE) return (i64)v;\n")]),
     # prompt lookup takes the earliest match instead of the latest (tests/test_cuda_lookup.py)
     "lookup": ("lookup", [("    if (tid == 0) best = -1;\n", "    if (tid == 0) best = 0x7fffffff;\n"),
                           ("      int s = top - tid;\n", "      int s = (N - n - 1) - top + tid;\n"),

@@ -349,6 +349,21 @@ def test_gamma_and_draft_extend_defaults(flags, want):
     assert (r.gamma, r.extend) == want
 
 
+@pytest.mark.parametrize("flags, word", [
+    (["--draft-tree", "9,3,12"], "K <= 8"),  # the GPU's top-k lists
+    (["--draft-tree", "3,4,3"], "N >= D"),  # a chain of D, then alternatives
+    (["--draft-tree", "3,4,12", "--gpu-gemv", "ours"], "tensor-core"),
+    (["--draft-tree", "3,4,12", "--fast-verify"], "tensor-core"),
+])
+def test_gpu_tree_flags_are_checked_before_loading(flags, word):
+    from project.settings import UserError, resolve_settings
+
+    with pytest.raises(UserError, match=word):
+        resolve_settings(prog.build_parser().parse_args(["--backend", "cuda", *flags]))
+    assert resolve_settings(prog.build_parser().parse_args(["--backend", "cuda", "--draft-tree", "3,4,12"])).tree == (
+        3, 4, 12)
+
+
 @pytest.mark.parametrize("flags, want", [
     ([], "cost"),  # the CPU engine drafts by its measured costs
     (["--draft-budget", "fixed"], False),

@@ -47,17 +47,24 @@ struct QkvOut {
   int Hq, Hkv, D, max_len;
 };
 
-// Rotate (q / k heads) and store one pair (x1, x2 = elements i, i + D/2 of head h, bias already added).
+// Rotate (q / k heads) at position pos and store one pair (x1, x2 = elements i, i + D/2 of head h, bias already
+// added), the key and value at cache row `row`: pos itself, or (a draft tree's row: qkv_store_pair_at) the row the
+// step gives it, while pos is its depth in the tree past the cache.
 template <typename T, typename Rope>
-__device__ __forceinline__ void qkv_store_pair(const QkvOut<T>& o, int h, int t, int pos, int i, float x1, float x2,
-                                               float theta, Rope rope) {
+__device__ __forceinline__ void qkv_store_pair_at(const QkvOut<T>& o, int h, int t, int pos, int row, int i, float x1,
+                                                  float x2, float theta, Rope rope) {
   T* dst;
   if (h < o.Hq + o.Hkv) {
     rope(x1, x2, pos, i, o.D, theta);
-    dst = h < o.Hq ? o.q_out + ((i64)t * o.Hq + h) * o.D : o.kc + ((i64)(h - o.Hq) * o.max_len + pos) * o.D;
+    dst = h < o.Hq ? o.q_out + ((i64)t * o.Hq + h) * o.D : o.kc + ((i64)(h - o.Hq) * o.max_len + row) * o.D;
   } else {
-    dst = o.vc + ((i64)(h - o.Hq - o.Hkv) * o.max_len + pos) * o.D;
+    dst = o.vc + ((i64)(h - o.Hq - o.Hkv) * o.max_len + row) * o.D;
   }
   dst[i] = from_f<T>(x1);
   dst[i + (o.D >> 1)] = from_f<T>(x2);
+}
+template <typename T, typename Rope>
+__device__ __forceinline__ void qkv_store_pair(const QkvOut<T>& o, int h, int t, int pos, int i, float x1, float x2,
+                                               float theta, Rope rope) {
+  qkv_store_pair_at<T, Rope>(o, h, t, pos, pos, i, x1, x2, theta, rope);
 }

@@ -142,6 +142,39 @@ def weights_from_model(model: Any) -> Dict[str, Any]:
             if p.value is not None}
 
 
+TREE_MAX_ROWS = 16  # a tree's verify step: at most the tensor-core GEMV's exact token count (GEMV_TOKENS["tc"])
+
+
+class TreeTables:
+    """Device tables of one draft-tree shape (CudaDecoder.tree_tables): row r > 0 hangs under row parents[r] < r
+    (row 0: the root, the pending token), at depth depth[r]; anc[r, k] = the row of r's ancestor at depth k (k =
+    0..depth[r], the last being r itself); tpos: the rows' positions, written by each step (tree_positions); path:
+    the accepted rows (tree_accept). A captured step keeps pointers to these arrays, so a shape's tables live as long
+    as its graphs."""
+
+    def __init__(self, cp: Any, parents: "tuple[int, ...]") -> None:
+        T = len(parents)
+        if T < 1 or parents[0] != -1 or any(not 0 <= p < r for r, p in enumerate(parents) if r):
+            raise ValueError(f"tree parents {parents}: row 0 is the root (-1), every other row's parent an earlier row")
+        depth = [0] * T
+        for r in range(1, T):
+            depth[r] = depth[parents[r]] + 1
+        self.T, self.parents_host, self.depth_host = T, tuple(parents), tuple(depth)
+        self.width = max(depth) + 1
+        anc = np.zeros((T, self.width), np.int32)
+        for r in range(T):
+            chain, x = [], r
+            while x != -1:
+                chain.append(x)
+                x = parents[x] if x else -1
+            anc[r, :len(chain)] = chain[::-1]
+        self.parents = cp.asarray(np.asarray(parents, np.int32))
+        self.depth = cp.asarray(np.asarray(depth, np.int32))
+        self.anc = cp.asarray(anc)
+        self.tpos = cp.zeros(T, cp.int32)
+        self.path = cp.zeros(T + 1, cp.int32)
+
+
 class StepPlan(NamedTuple):
     """Which kernels a step of T tokens runs (CudaDecoder._plan)."""
 
@@ -197,6 +230,9 @@ class CudaDecoder:
         self.stream = self.cp.cuda.Stream(non_blocking=True)
         self.graphs: Dict[Any, Any] = {}
         self.graph_refs: Dict[Any, Any] = {}  # objects whose device buffers a captured graph uses
+        self._tree: Optional[TreeTables] = None  # set while a tree step is enqueued (tree_step)
+        self._tree_tables: Dict[Any, TreeTables] = {}
+        self._kv_ptrs: Any = None  # every layer's K and V cache pointers (tree_keep)
 
     @classmethod
     def from_model(cls, model: Any, max_len: Optional[int] = None, **kw: Any) -> "CudaDecoder":
@@ -453,6 +489,11 @@ class CudaDecoder:
         x, w = (self.resid if mode == "_norm_qkvrope" else self.xn), lw["qkv"]
         name, rows = self._kname(T, H3 * D, mode)
         norm_args = (lw["ln1"], np.float32(self.eps)) if mode == "_norm_qkvrope" else ()
+        if self._tree is not None:  # a tree's rows: rotated at their depths, cached at their rows (tree_step)
+            k.launch(name.replace("_qkvrope_bf16", "_qkvrope_tree_bf16"), (math.ceil(H3 * D / rows),), (256,),
+                     (w, x, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"], self.pos) + tail
+                     + (self._tree.depth,))
+            return
         q8 = self._q8(w, T, H3 * D, mode, H)
         if q8 is not None:  # the 8-bit kernels take (nw, eps) either way, then the scales
             name, rows, w = q8[0], q8[1], q8[2]
@@ -461,8 +502,20 @@ class CudaDecoder:
                  (w, x, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"], self.pos) + tail + norm_args)
 
     def _attention(self, lw: Dict[str, Any], T: int, groups: int) -> None:
-        """attn_out (T, Hq*D) = causal attention of q (T, Hq, D) over the layer's cache up to pos + t."""
+        """attn_out (T, Hq*D) = causal attention of q (T, Hq, D) over the layer's cache up to pos + t (a tree step:
+        each row over the cache below pos and its own path, kernels/attention.cu attn_tree_partial_*)."""
         Hq, Hkv, D, i32, i64 = self.Hq, self.Hkv, self.D, np.int32, np.int64
+        if self._tree is not None:
+            tr, G = self._tree, Hq // Hkv
+            slots = min(self.nsplit, max(ATT_MIN_SLOTS, math.ceil(ATT_SLOT_BLOCKS / (Hkv * T))))
+            self.k.launch(f"attn_tree_partial_bf16_d{D}", (slots, T * Hkv, math.ceil(G / ATT_RMAX)), (128,),
+                          (self.q, lw["k"], lw["v"], self.ws_m, self.ws_l, self.ws_acc, tr.tpos, self.pos, tr.anc,
+                           i32(tr.width), i64(Hq * D), i64(D), i64(self.max_len * D), i64(D), i32(Hq), i32(Hkv),
+                           i32(self.max_len), i32(self.kb), np.float32(D ** -0.5), i32(self.nsplit)))
+            self.k.launch("attn_rows_combine_bf16", (T * Hq,), (32 * math.ceil(D / 32),),
+                          (self.ws_m, self.ws_l, self.ws_acc, self.attn_out, i32(Hq), i32(D), i32(self.nsplit),
+                           tr.tpos, i32(self.max_len), i32(self.kb)))
+            return
         qkv = (i64(0), i64(D), i64(Hq * D), i64(0), i64(self.max_len * D), i64(D), i64(0), i64(self.max_len * D), i64(D))
         kb, nsplit = (self.kb, self.nsplit) if T <= ATT_STEP_ROWS else (self.kb_big, self.nsplit_big)
         tail = (i32(Hq), i32(Hkv), i32(T), i32(D), i32(self.max_len), i32(kb), np.float32(D ** -0.5))
@@ -564,6 +617,53 @@ class CudaDecoder:
         self.sampling = None if temperature == 0 else (1.0 / float(temperature), int(top_k), float(top_p))
         with self.stream:
             self.rng.set(np.array([int(seed), 0], np.uint64), stream=self.stream)
+
+    def tree_tables(self, parents: "tuple[int, ...]") -> TreeTables:
+        """The device tables of a tree shape (made once a shape; module doc of TreeTables)."""
+        key = tuple(int(p) for p in parents)
+        tables = self._tree_tables.get(key)
+        if tables is None:
+            why = self.tree_unsupported(len(key))
+            if why:
+                raise ValueError(why)
+            tables = self._tree_tables[key] = TreeTables(self.cp, key)
+        return tables
+
+    def tree_unsupported(self, T: int) -> Optional[str]:
+        """Why this decoder cannot verify a tree of T rows exactly, or None."""
+        if self.gemv != "tc":
+            return (f"draft trees verify with the tensor-core GEMV (gemv 'tc', the exact default on compute capability "
+                    f">= 8.0); this decoder runs {self.gemv!r}")
+        if self.D not in (64, 128):
+            return f"draft trees need a head size of 64 or 128 (attn_tree_partial_*), not {self.D}"
+        if not 1 <= T <= min(TREE_MAX_ROWS, self.max_tokens):
+            return f"a tree step takes 1..{min(TREE_MAX_ROWS, self.max_tokens)} rows (the exact GEMV's), got {T}"
+        return None
+
+    def tree_step(self, tables: TreeTables) -> None:
+        """Enqueue one step over tokens[0:T] laid out as a tree (tables): row r at position pos + depth[r], its key
+        and value cached at row pos + r, seeing the cache below pos and its own path (ancestors and itself); every
+        row's logits and argmax (next_ids), no position advance. Each row's logits equal a decode step's at its
+        position after its path, bit for bit (the same products, rotation, attention order: tests/test_cuda_tree.py)."""
+        T = tables.T
+        self.k.launch("tree_positions", (1,), (32,), (self.pos, tables.depth, tables.tpos, np.int32(T)))
+        self._tree = tables
+        try:
+            self._step(T, True, False)
+        finally:
+            self._tree = None
+
+    def tree_keep(self, tables: TreeTables) -> None:
+        """After tree_accept wrote tables.path: the accepted rows' keys and values (every layer) and final hidden
+        states (xn) moved to the rows they now hold, then the position advanced past them (tree_advance)."""
+        if self._kv_ptrs is None:
+            self._kv_ptrs = self.cp.asarray(np.asarray([lw[n].data.ptr for lw in self.layers for n in ("k", "v")],
+                                                       np.uint64))
+        i32 = np.int32
+        self.k.launch("tree_keep", (2 * self.L + 1, self.Hkv), (128,),
+                      (self._kv_ptrs, i32(2 * self.L), self.pos, tables.path, i32(self.Hkv), i32(self.max_len),
+                       i32(self.D), self.xn, i32(self.H)))
+        self.k.launch("tree_advance", (1,), (1,), (self.pos, self.tokens, self.spec_out))
 
     def replay(self, T: int, all_logits: bool = True, advance: bool = True) -> None:
         """Launch the captured graph for this step shape (capturing it on first use)."""

@@ -26,6 +26,7 @@ PDL_KERNELS = frozenset({
     "gate_up_silu_bf16", "gate_up_silu_il_bf16", "argmax_partial_f32", "argmax_final", "decode_advance",
     "head_input_bf16", "head_feature_bf16",
     "attn_rows_partial_bf16_d64", "attn_rows_partial_bf16_d128", "attn_rows_combine_bf16", "batch_advance",
+    "attn_tree_partial_bf16_d64", "attn_tree_partial_bf16_d128",
 })
 _ATTR_CLUSTER_DIMENSION = 4  # CUlaunchAttributeID (cuda.h)
 _ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6

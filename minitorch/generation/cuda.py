@@ -40,7 +40,7 @@ seed reproduces a GPU run, not the CPU run's tokens.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -281,17 +281,23 @@ class HeadGpuDrafter(GpuDrafter):
         _prefill_all_but_last(target, prompt, after_chunk=chunk)
         head.set_position(n - 2)
 
-    def draft(self, target: Any, g: int, first_T: int, cfg: SamplingConfig) -> tuple[int, int]:
+    def draft(self, target: Any, g: int, first_T: int, cfg: SamplingConfig,
+              after_step: Callable[[int], None] | None = None) -> tuple[int, int]:
+        """after_step(i), when given, is called after the head's step i (0-based) is enqueued: its logits row is
+        then in head.logits[0] (a draft tree reads its top-k list there, cuda_tree.py)."""
         if g <= 0 or self._skip:
             return 0, 0
         head = self.device
         gq = min(g, self.lookup_steps) if self.lookup_steps else g  # the rest: prompt lookup, in the verify graph
-        if self._from_target:
-            head.feed("round", self._T)
-        else:
-            head.feed("self", 1)
-        for _ in range(gq - 1):
-            head.feed("self", 1)
+        for i in range(gq):
+            if i:
+                head.feed("self", 1)
+            elif self._from_target:
+                head.feed("round", self._T)
+            else:
+                head.feed("self", 1)
+            if after_step is not None:
+                after_step(i)
         return g, gq
 
     def next_first_T(self, n: int, gq: int) -> int:

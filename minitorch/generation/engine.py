@@ -18,8 +18,9 @@ A DrafterSpec says who proposes tokens in terms common to both engines:
              continues its gamma tokens by up to `extend` more (lossless; verify rows only); `propose_vocab` limits
              its proposals to the first n token ids (its LM head computes that slice)
     "ngram"  prompt lookup alone (NGramDrafter: no second model)
-    "head"   a trained draft head (models/draft_head.py on the CPU; its cuda/head.py HeadDecoder on the GPU); on the CPU,
-             greedy, `tree=(top_k, depth, budget)` drafts a tree a round instead of a chain (tree_decoding.py); on the
+    "head"   a trained draft head (models/draft_head.py on the CPU; its cuda/head.py HeadDecoder on the GPU); greedy,
+             `tree=(top_k, depth, budget)` drafts a tree a round instead of a chain (tree_decoding.py on the CPU,
+             cuda_tree.py on the GPU); on the
              GPU, `extend` continues its gamma tokens by prompt lookup as the draft model's (summaries, passages: text
              the answer copies)
 
@@ -62,8 +63,9 @@ class DrafterSpec:
     propose_vocab: int = 0  # "model": propose among the first n token ids only; 0 = all
     adaptive: bool | str = False  # True: raise gamma after a fully accepted round, lower it after an early
     # rejection; "cost": each round drafts 0..gamma by the measured acceptance and costs (budget.py; CPU engine)
-    tree: Optional[tuple[int, int, int]] = None  # "head" on the CPU engine, greedy: a draft tree a round instead of a
-    # chain, (top_k, depth, budget nodes) (tree_decoding.py)
+    tree: Optional[tuple[int, int, int]] = None  # "head", greedy: a draft tree a round instead of a chain, (top_k,
+    # depth, budget nodes): EAGLE-2's selection on the CPU engine (tree_decoding.py), a chain with alternatives on the
+    # CUDA-graph engine (cuda_tree.py)
 
     def __post_init__(self) -> None:
         if self.kind not in DRAFTER_KINDS:
@@ -182,11 +184,14 @@ class Engine:
             return self._generate(self.target, prompt_ids, max_new_tokens, cfg, self.stop_ids,
                                   vocab_size=self.vocab_size, on_tokens=on_tokens)
         if self.spec.tree is not None:
-            if self.on_graphs:
-                raise ValueError("draft trees run on the CPU engine only so far (issue 44: the GPU's is to come)")
+            top_k, depth, budget = self.spec.tree
+            if self.on_graphs:  # a chain with alternatives a depth (cuda_tree.py)
+                from .cuda_tree import tree_speculative_generate_cuda
+
+                return tree_speculative_generate_cuda(self.target, self.drafter, prompt_ids, max_new_tokens, top_k,
+                                                      depth, budget, cfg, self.stop_ids, self.vocab_size, on_tokens)
             from .tree_decoding import tree_speculative_generate
 
-            top_k, depth, budget = self.spec.tree
             return tree_speculative_generate(self.target, self.drafter, prompt_ids, max_new_tokens, top_k, depth,
                                              budget, cfg, self.stop_ids, self.vocab_size, on_tokens,
                                              adaptive="cost" if self.spec.adaptive == "cost" else False)
@@ -247,7 +252,11 @@ class Engine:
             self.alone(model).generate(ids, 3)
         if spec.kind != "none":
             self.generate(ids, new)
-            if self.on_graphs and spec.kind in ("model", "head"):
+            if self.on_graphs and spec.tree is not None:
+                from .cuda_tree import capture_tree_graphs
+
+                capture_tree_graphs(self.target, self.drafter, ids, *spec.tree, vocab_size=self.vocab_size)
+            elif self.on_graphs and spec.kind in ("model", "head"):
                 from .cuda import capture_speculative_graphs
 
                 capture_speculative_graphs(self.target, self.drafter, ids, total, self.sampling,
