@@ -199,3 +199,43 @@ def test_one_unlucky_first_round_does_not_send_the_run_plain():
     assert b.gain == pytest.approx((-0.02 + 0.08) / 2) and b.choose([], []) == 3
     b.record(3, 3, 0.015, 0.105, emitted=4)
     assert b.gain == pytest.approx((-0.02 + 0.16) / 3) and b.choose([], []) == 3
+
+
+def _gated_run(emitted, rounds=40):
+    """A gated budget over drafting rounds of 105 ms that emit `emitted` (then 4 each) against 50 ms plain steps."""
+    b = CostBudget(3, gated=True)
+    b.choose([], []), b.record(3, 3, 0.015, 0.09, emitted=4)  # the warm-up
+    b.choose([], []), b.record(0, 0, 0.0, 0.05)  # plain: t_1 = 50 ms
+    seen, it = [], iter(emitted)
+    for _ in range(rounds):
+        g = b.choose([], [])
+        seen.append(g)
+        if g:
+            b.record(3, 3, 0.015, 0.09, emitted=next(it, 4))
+        else:
+            b.record(0, 0, 0.0, 0.05)
+    return seen, b
+
+
+MATH_LIKE = [4, 4, 1, 1, 1, 1, 4, 4, 4, 1, 4, 4, 3, 4, 4, 1, 1, 1, 2, 4, 4]  # saves 27 ms a round on average
+
+
+def test_a_paying_run_is_not_sent_plain_by_a_few_short_rounds(monkeypatch):
+    """A round emits 1 to 4 tokens, so the running mean of the savings dips below zero after a few short rounds even
+    where drafting pays (here +27 ms a round): the budget goes plain only when the mean is below zero by more than
+    GAIN_Z standard errors. The bare sign (GAIN_Z 0, the rule before) sends this run plain for eight rounds."""
+    from minitorch.generation import budget
+
+    seen, b = _gated_run(MATH_LIKE)
+    assert seen == [3] * len(seen) and b.gain > 0
+    monkeypatch.setattr(budget, "GAIN_Z", 0.0)
+    seen, _ = _gated_run(MATH_LIKE)
+    assert seen[:6] == [3] * 6 and seen[6:14] == [0] * 8
+
+
+def test_a_losing_run_with_noisy_rounds_still_goes_plain():
+    """Rounds that mostly emit one token (a 55 ms loss each, now and then a 5 ms one): plain after the GAIN_MIN priced
+    rounds, but for probes."""
+    seen, b = _gated_run([1, 1, 2, 1, 1, 1, 2, 1, 1, 1, 1, 2, 1, 1, 1, 1, 2, 1] * 3, rounds=60)
+    assert seen[:GAIN_MIN] == [3] * GAIN_MIN and seen[-20:].count(0) >= 15
+    assert b.gain + b.gain_error() < 0

@@ -41,9 +41,14 @@ with a row's and a step's seconds from the measured line t_verify(r) and t_draft
 of a plain step seen on a 2-core CPU: ROW_SHARE, DRAFT_SHARE). The confidence is the drafter's distribution's top
 probability, known before the draft is drawn, so a draft that is kept is still a draw from q (lossless). Whether a
 round drafts comes from what drafting rounds saved: each one's `emitted * t_1 - its seconds`, a running mean (the
-plain mean of the first 1 / GAIN_EMA); once GAIN_MIN rounds are in it and while it is below zero, the run goes plain
-and probes as above (one unlucky first round sent a math prompt plain at gamma 5: 1.02x where ungated ran 1.54x). So a head that is seldom sure costs one draft step a round
-until the mean turns, then nothing but the probes; one that is sure where it is right drafts just there.
+plain mean of the first 1 / GAIN_EMA); once GAIN_MIN rounds are in it and while it is below zero by more than GAIN_Z
+standard errors (its running spread over the rounds it weighs), the run goes plain and probes as above. Both guards
+keep noise from sending a paying run plain: one unlucky first round sent a math prompt plain at gamma 5 (1.02x where
+ungated ran 1.54x); and a round emits 1 to gamma + 1 tokens, so a mean over the ~9 rounds the running mean weighs dips
+below zero now and then even where drafting pays (GSM8K first 20 on a 2-core Zen 3, acceptance 0.7-0.8: runs spent
+up to 65% of their rounds plain and ran 1.07-1.17x where those drafting throughout ran 1.47x). So a head that is
+seldom sure costs one draft step a round until the mean turns, then nothing but the probes; one that is sure where it
+is right drafts just there.
 """
 from __future__ import annotations
 
@@ -55,6 +60,7 @@ EXPLORE = 0.03  # share of the run's time that the first round and the probes ma
 PROBE_MIN = 8  # plain rounds in a row before a probe
 GAIN_EMA = 0.2  # weight of a drafting round's saving in the gated budget's running mean (a plain mean until then)
 GAIN_MIN = 3  # drafting rounds priced before the gated budget may go plain (one unlucky round decided it before)
+GAIN_Z = 1.0  # the gated budget goes plain when its mean saving is below zero by this many standard errors
 ROW_SHARE = 0.25  # a verify row's seconds as a share of a plain step, until measured (2-core Zen 3: 13 ms of 48)
 DRAFT_SHARE = 0.1  # a draft step's seconds as a share of a plain step, until measured (a head there: 5 ms of 48)
 
@@ -85,6 +91,7 @@ class CostBudget:
         self.choices: list[int] = []
         self._probing = False
         self.gain: float | None = None  # gated: running mean of the seconds a drafting round saved over plain steps
+        self.gain_var = 0.0  # gated: the running variance of those savings (the same weights)
         self.priced = 0  # gated: drafting rounds in that mean
         self._unpriced: list[tuple[int, float]] = []  # gated: (emitted, seconds) of drafting rounds before t_1 is known
         self._ran = False  # the last round ran the drafter
@@ -164,7 +171,12 @@ class CostBudget:
                     self.priced += 1
                     w = max(GAIN_EMA, 1.0 / self.priced)  # the mean of the first rounds, then a running mean
                     saved = n * self.t_verify[1] - secs
-                    self.gain = saved if self.gain is None else (1 - w) * self.gain + w * saved
+                    if self.gain is None:
+                        self.gain = saved
+                    else:  # the exponentially weighted mean and variance (a plain mean and variance at first)
+                        d = saved - self.gain
+                        self.gain += w * d
+                        self.gain_var = (1 - w) * (self.gain_var + w * d * d)
                 self._unpriced.clear()
         self._ran = ran
         if self._probing:
@@ -181,12 +193,19 @@ class CostBudget:
             return self.gamma
         if 1 not in self.t_verify:
             return 0
-        if self.gain is None or self.priced < GAIN_MIN or self.gain > 0:
+        if self.gain is None or self.priced < GAIN_MIN or self.gain + GAIN_Z * self.gain_error() > 0:
             return self.gamma
         if self.plain_run >= self.probe_min and self.explored + (self.probe_cost or 0.0) <= self.explore * self.elapsed:
             self._probing = True
             return self.gamma
         return 0
+
+    def gain_error(self) -> float:
+        """The standard error of the mean saving: the running variance over the rounds the mean weighs (priced ones
+        while it is a plain mean, about (2 - GAIN_EMA) / GAIN_EMA once it runs)."""
+        if not self.priced:
+            return 0.0
+        return (self.gain_var * max(GAIN_EMA / (2 - GAIN_EMA), 1.0 / self.priced)) ** 0.5
 
     def row_share(self) -> float:
         """A verify row's seconds over a plain step's: the slope of the measured line t_verify(r) from r = 1 to the
