@@ -176,20 +176,26 @@ def _check_kept(dec, ref, prompt, a0, a1, a2, P):
     np.testing.assert_array_equal(dec.xn[1].get(), ref.xn[1].get())
 
 
-@pytest.mark.gpu
-@needs_gpu
-def test_an_accepted_alternative_is_kept_where_a_decode_step_puts_it():
+def _planted_round():
+    """A target after a round whose chain token was wrong and whose alternative was the target's (_plant, _round),
+    and a reference decoder that decoded a0 and a1 after the prompt (rows P, P + 1 of its caches; xn rows 0, 1)."""
     from test_cuda_model import decoder_of
 
     _, w, dec = _target(0)
     ref = decoder_of(CONFIGS[0], w, max_len=MAX_LEN, max_tokens=16, gemv="tc")
     prompt = PROMPTS[0]
     tokens, parents, a0, a1, a2 = _plant(dec, prompt)
-    # the reference: decode steps of a0 and a1 after the prompt (rows P, P + 1 of its caches; xn rows 0, 1)
     ref.prefill(prompt)
     ref.run([a0, a1], all_logits=True, advance=True)
     ref.stream.synchronize()
     P, tables = _round(dec, prompt, tokens, parents)
+    return dec, ref, prompt, (a0, a1, a2), P, tables
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_an_accepted_alternative_is_kept_where_a_decode_step_puts_it():
+    dec, ref, prompt, (a0, a1, a2), P, tables = _planted_round()
     assert list(dec.spec_out[:3].get()) == [1, a1, a2]
     assert list(tables.path[:2].get()) == [1, 3]  # the alternative's row
     assert int(dec.pos.get()[0]) == P + 2 and int(dec.tokens[0].get()) == a2
@@ -206,20 +212,12 @@ def test_an_accepted_alternative_is_kept_where_a_decode_step_puts_it():
 @needs_gpu
 def test_a_round_that_keeps_the_rejected_rows_is_caught(monkeypatch):
     from minitorch.cuda.decoder import CudaDecoder
-    from test_cuda_model import decoder_of
 
     def advance_only(self, tables):  # the position moves, the rows do not
         self.k.launch("tree_advance", (1,), (1,), (self.pos, self.tokens, self.spec_out))
 
     monkeypatch.setattr(CudaDecoder, "tree_keep", advance_only)
-    _, w, dec = _target(0)
-    ref = decoder_of(CONFIGS[0], w, max_len=MAX_LEN, max_tokens=16, gemv="tc")
-    prompt = PROMPTS[0]
-    tokens, parents, a0, a1, a2 = _plant(dec, prompt)
-    ref.prefill(prompt)
-    ref.run([a0, a1], all_logits=True, advance=True)
-    ref.stream.synchronize()
-    P, _ = _round(dec, prompt, tokens, parents)
+    dec, ref, prompt, (a0, a1, a2), P, _ = _planted_round()
     assert list(dec.spec_out[:3].get()) == [1, a1, a2]  # the walk is right ...
     with pytest.raises(AssertionError):
         _check_kept(dec, ref, prompt, a0, a1, a2, P)  # ... but row P + 1 holds the chain's rejected token

@@ -394,6 +394,19 @@ def _verify(target: Any, draft: Any, g: int, gq: int, lookup: bool) -> None:
                   kernel_names=("gather_drafts", "spec_accept", "ngram_lookup", "context_append"))
 
 
+def start_round_loop(target: Any, drafter: GpuDrafter, prompt: list[int], max_new_tokens: int, vocab: int,
+                     cfg: SamplingConfig, st: SpecStats) -> None:
+    """The start of a speculative run (chains here, trees in cuda_tree.py): the shared vocabulary and the sampling
+    settings on both sides, then the prompt into the target's cache and the drafter, timed as the prefill."""
+    target.limit_vocab(vocab)
+    _set_sampling(target, cfg, 0)
+    drafter.prepare(target, vocab, cfg)
+    with st.timer("prefill"):
+        drafter.prefill_target(target, prompt)
+        drafter.prefill(prompt, max_new_tokens, vocab)
+        target.stream.synchronize()
+
+
 def capture_speculative_graphs(target: Any, drafter: Any, prompt_ids: Sequence[int], gamma: int,
                                cfg: SamplingConfig | None = None, vocab_size: int | None = None) -> None:
     """Capture every graph a speculative run of this gamma (and the drafter's lookup_steps) can replay, so that
@@ -441,16 +454,10 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     drafter.check(target, prompt, max_new_tokens, limit)
     stops = set(int(s) for s in (stop_ids or ()))
     vocab = min(target.V, draft.V if draft is not None else target.V, int(vocab_size or target.V))
-    target.limit_vocab(vocab)
     cp, stream = target.cp, target.stream
-    _set_sampling(target, cfg, 0)
-    drafter.prepare(target, vocab, cfg)
     st = SpecStats()
     t0 = time.perf_counter()
-    with st.timer("prefill"):
-        drafter.prefill_target(target, prompt)
-        drafter.prefill(prompt, max_new_tokens, vocab)
-        stream.synchronize()
+    start_round_loop(target, drafter, prompt, max_new_tokens, vocab, cfg, st)
     if steps:  # the context prompt lookup searches (kernels/lookup.cu), grown on the device each round
         with stream:
             target.context[:len(prompt)].set(np.asarray(prompt, np.int64), stream=stream)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .autoregressive import TokenCallback, emit
-from .cuda import HeadGpuDrafter, _check, _gather, _set_sampling, _verify, as_gpu_drafter
+from .cuda import HeadGpuDrafter, _check, _gather, _verify, as_gpu_drafter, start_round_loop
 from .sampling import SamplingConfig
 from .stats import GenerationResult, SpecStats
 
@@ -141,19 +141,13 @@ def tree_speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequen
     drafter.check(target, prompt, max_new_tokens, depth)
     stops = set(int(s) for s in (stop_ids or ()))
     vocab = min(target.V, head.V, int(vocab_size or target.V))
-    target.limit_vocab(vocab)
     cp, stream = target.cp, target.stream
-    _set_sampling(target, cfg, 0)
-    drafter.prepare(target, vocab, cfg)
     alts = getattr(head, "_tree_lists", None)
     if alts is None or alts.top_k != top_k or alts.lists.shape[0] < depth:
         alts = head._tree_lists = _Alternatives(cp, depth, top_k)
     st = SpecStats()
     t0 = time.perf_counter()
-    with st.timer("prefill"):
-        drafter.prefill_target(target, prompt)
-        drafter.prefill(prompt, max_new_tokens, vocab)
-        stream.synchronize()
+    start_round_loop(target, drafter, prompt, max_new_tokens, vocab, cfg, st)
     events = [cp.cuda.Event() for _ in range(3)]
     out: list[int] = []
     nodes: list[int] = []
