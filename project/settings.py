@@ -340,6 +340,9 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
                             f"--drafter {drafter}")
         if get("temperature", 0.0) > 0:
             raise UserError("--draft-tree is greedy only (sampling keeps chains): drop --temperature or the tree")
+        if extend:
+            raise UserError("--draft-tree and --draft-extend: a tree's alternatives come from the head, not prompt "
+                            "lookup; choose one")
         if backend == "cuda" and tree[0] > 8:
             raise UserError(f"--draft-tree K,D,N on the GPU takes K <= 8 (its top-k lists), got K {tree[0]}")
         if backend == "cuda" and (get("gpu_gemv", "auto") not in ("auto", "tc") or get("fast_verify", False)):

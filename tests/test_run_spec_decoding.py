@@ -354,6 +354,7 @@ def test_gamma_and_draft_extend_defaults(flags, want):
     (["--draft-tree", "3,4,3"], "N >= D"),  # a chain of D, then alternatives
     (["--draft-tree", "3,4,12", "--gpu-gemv", "ours"], "tensor-core"),
     (["--draft-tree", "3,4,12", "--fast-verify"], "tensor-core"),
+    (["--draft-tree", "3,4,12", "--drafter", "head", "--draft-extend", "2"], "choose one"),
 ])
 def test_gpu_tree_flags_are_checked_before_loading(flags, word):
     from project.settings import UserError, resolve_settings

@@ -52,6 +52,10 @@
 #                        up to 1,024 new tokens a turn, for the time left; files in GEN_DIR (/root/chat), continued with
 #                        --resume by a later call on the same machine; copied gzipped to $OUT (commit under data/chat/)
 #
+#   bench-tree [K,D,N...]  draft trees against the chain (issue 44), the shipped head (HEAD_DIR for another), greedy, one
+#                        machine: GSM8K and MATH-500 first BENCH_N (20) with the chain (gamma 4) and each tree (default
+#                        "3,4,12 2,4,8"), files named by set and shape; every text is the target alone's (the summaries
+#                        say "identical"), so the speedups compare the shapes
 #   bench-specbench NAME  Spec-Bench on the CUDA-graph path (all 480 questions, or PER (per category)), spec and target,
 #                        --drafter DRAFTER (head), HEAD_DIR (default: the shipped head) for a head, --draft-budget
 #                        BUDGET (fixed), EXTRA flags; resumable: /root/sb_NAME.jsonl goes on where the last call on
@@ -251,6 +255,19 @@ print(f"answers: {len(rows)} conversations, {sum(r['generated_tokens'] for r in 
 PY
   for f in "$D"/requests.jsonl "$D"/answers.jsonl; do gzip -c "$f" > "$OUT/$(basename "$f").gz"; done
   ls -la "$OUT"
+  ;;
+bench-tree)
+  real_env
+  H=(); [ -n "${HEAD_DIR:-}" ] && H=(--head "$HEAD_DIR")
+  TB="--limit ${BENCH_N:-20} --backend cuda --no-plots --no-progress --drafter head ${H[*]}"
+  for set in gsm8k math500; do
+    prog=(python3 project/benchmark_gsm8k.py); [ $set = math500 ] && prog=(python3 project/benchmark_limo.py --dataset math500)
+    PAT=$PG TAILN=4 run ${set}_chain 150 "${prog[@]}" $TB --gamma 4 -o "$OUT/${set}_chain.jsonl"
+    for t in ${@:-3,4,12 2,4,8}; do
+      PAT=$PG TAILN=4 run ${set}_tree_${t//,/_} 150 "${prog[@]}" $TB --draft-tree "$t" -o "$OUT/${set}_tree_${t//,/_}.jsonl"
+    done
+  done
+  pack bench_tree.tgz "*.jsonl" "*.log"  # at most 8 files come back
   ;;
 bench-specbench)
   real_env
