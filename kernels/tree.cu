@@ -2,6 +2,7 @@
 // greedy). The tree's T rows follow the target's cache position in step order: row 0 is the pending token (the
 // root), row r > 0 hangs under row parents[r] < r. The verify step (CudaDecoder.tree_step) gives every row the
 // logits a decode step at its position gives it; these kernels build the rows, accept, and keep the accepted path.
+// Launch layout (grid, block) and what each writes:
 //
 // topk_f32: grid (1), block (TOPK_THREADS). out[0..K) = the K largest of logits[0..V) (row 0), largest first, ties to
 //   the lower index (argmax_final's rule, so out[0] is the argmax). K <= TOPK_MAX.
