@@ -130,8 +130,8 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                         "under each of the K best nodes of a level, D levels, the N best nodes kept (EAGLE-2's "
                         "selection; minitorch/generation/tree_decoding.py). CUDA-graph engine: a chain of D head "
                         "drafts with up to K - 1 alternatives a depth from the head's own top-K lists (leaves, depth 1 "
-                        "first), N nodes in all (K <= 8, N >= D; minitorch/generation/cuda_tree.py). Default: none "
-                        "(chains)")
+                        "first), N nodes in all (K <= 8, N >= D; minitorch/generation/cuda_tree.py; new, its GPU tests "
+                        "not yet run on a GPU). Default: none (chains)")
     g.add_argument("--draft-extend", type=int, default=None, metavar="N",
                    help="after the draft model's (or, on the CUDA-graph path, the draft head's) gamma tokens, up "
                         "to N more by prompt lookup (the n-gram continuation of context + drafts: no draft forward, "
