@@ -6,9 +6,10 @@
 //
 // topk_f32: grid (1), block (TOPK_THREADS). out[0..K) = the K largest of logits[0..V) (row 0), largest first, ties to
 //   the lower index (argmax_final's rule, so out[0] is the argmax). K <= TOPK_MAX.
-// tree_alternatives: grid (1), block (32). The tree's rows past the chain: for each depth d = 1..g, nalt[d - 1] rows
-//   holding the best of that depth's top-k list (topk + (d - 1) * K, the draft's distribution for the chain's token at
-//   depth d) that are not the chain's token there (tokens[d]), written from row g + 1 on, depth after depth.
+// tree_alternatives: grid (1), block (32). The tree's rows past the chain (rows 1..g, row d at depth d): row r hangs
+//   under chain row parents[r] = d - 1, so it is an alternative at depth d; the rows of one depth follow each other and
+//   take, in order, the best of that depth's top-k list (lists + (d - 1) * K, the draft's distribution for the chain's
+//   token at depth d) that are not the chain's token there (tokens[d]).
 // tree_positions: grid (1), block (32). tpos[r] = *pos + depth[r]: where each row sits (its rotation, the keys it
 //   sees: attn_tree_partial_*).
 // tree_accept: grid (1), block (1). The greedy walk: from the root, the child whose token is the row's argmax
@@ -66,18 +67,15 @@ __global__ void __launch_bounds__(TOPK_THREADS) topk_f32(const float* logits, in
   }
 }
 
-__global__ void tree_alternatives(i64* tokens, const i64* topk, int K, int g, const int* nalt) {
+__global__ void tree_alternatives(i64* tokens, const i64* lists, int K, int g, const int* parents, int T) {
   if (threadIdx.x != 0) return;
-  int row = g + 1;
-  for (int d = 1; d <= g; ++d) {
-    int need = nalt[d - 1];
-    for (int k = 0; k < K && need > 0; ++k) {
-      const i64 t = topk[(d - 1) * K + k];
-      if (t == tokens[d]) continue;
-      tokens[row++] = t;
-      --need;
-    }
-    while (need-- > 0) tokens[row++] = tokens[d];  // a list without enough others: a copy of the chain's token
+  int d_prev = 0, k = 0;
+  for (int r = g + 1; r < T; ++r) {
+    const int d = parents[r] + 1;
+    if (d != d_prev) { d_prev = d; k = 0; }
+    const i64* list = lists + (i64)(d - 1) * K;
+    while (k < K && list[k] == tokens[d]) ++k;
+    tokens[r] = k < K ? list[k++] : tokens[d];  // a list without enough others: a copy of the chain's token
   }
 }
 

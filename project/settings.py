@@ -330,7 +330,8 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
         raise UserError("--draft-extend continues a draft model's or head's tokens: it needs --drafter model or head")
     if extend and drafter == "head" and not (backend == "cuda" and dtype != "float32"):
         raise UserError("--draft-extend with --drafter head runs on the CUDA-graph engine only (--backend cuda): on "
-                        "the CPU a looked-up row costs a fifth of a target step, which the draft budget does not price")
+                        "the CPU a looked-up row costs a quarter of a target step, which the draft budget does not "
+                        "price")
     if get("head", None) and drafter not in ("head", "auto"):
         raise UserError(f"--head names a draft head: it needs --drafter head (or auto), not --drafter {drafter}")
     tree = parse_tree(get("draft_tree", None))

@@ -20,13 +20,9 @@ import pytest
 
 from cuda_helpers import needs_gpu
 
-# head sizes 64 (4 query heads over 2 kv heads) and 128: the tree attention's instantiations
-CONFIGS = [
-    dict(vocab_size=211, hidden_size=256, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
-         num_key_value_heads=2, tie_word_embeddings=False, rope_theta=10000.0),
-    dict(vocab_size=130, hidden_size=256, intermediate_size=352, num_hidden_layers=2, num_attention_heads=2,
-         num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1e6),
-]
+# head sizes 64 (4 query heads over 2 kv heads) and 128: the tree attention's instantiations, as the batch tests'
+from test_cuda_batch import BATCH_CONFIGS as CONFIGS  # noqa: E402
+
 MAX_LEN = 160
 PROMPTS = [[5, 17, 42, 8, 1, 30], [7], [3 + (i * 13) % 90 for i in range(37)]]
 # rows under their parents: a chain with side branches (8 rows), and a bushy tree of 16 (the most a step verifies)

@@ -16,27 +16,21 @@ from types import SimpleNamespace
 
 from test_generation_cuda_host import FAKE_CP, PROMPT, TARGET, V, Arr, FakeDecoder, Launcher, arr, greedy, table
 
-# CuPy's array makers too, for the engine's own buffers (the top-k lists, the alternatives counts)
+# CuPy's array makers too, for the engine's own buffers (the tree tables, the head's top-k lists)
 TREE_CP = SimpleNamespace(cuda=FAKE_CP.cuda, zeros=lambda shape, dtype: np.zeros(shape, dtype).view(Arr),
                           asarray=lambda a: np.asarray(a).view(Arr), int64=np.int64, int32=np.int32)
 
 
 class TreeLauncher(Launcher):
     @staticmethod
-    def tree_alternatives(tokens, lists, K, g, nalt):
-        row = int(g) + 1
-        for d in range(1, int(g) + 1):
-            need = int(nalt[d - 1])
-            for k in range(int(K)):
-                if need == 0:
-                    break
-                if lists[d - 1][k] == tokens[d]:
-                    continue
-                tokens[row] = lists[d - 1][k]
-                row, need = row + 1, need - 1
-            for _ in range(need):
-                tokens[row] = tokens[d]
-                row += 1
+    def tree_alternatives(tokens, lists, K, g, parents, T):
+        taken = {}  # depth -> the list entries its earlier alternatives took
+        for r in range(int(g) + 1, int(T)):
+            d = int(parents[r]) + 1
+            others = [t for t in lists[d - 1][:int(K)] if t != tokens[d]]
+            k = taken.get(d, 0)
+            tokens[r] = others[k] if k < len(others) else tokens[d]
+            taken[d] = k + 1
 
     @staticmethod
     def tree_accept(nxt, tokens, parents, T, path, out):
@@ -120,7 +114,7 @@ class FakeHead:
     def __init__(self, target, tab, max_tokens=16):
         self.target, self.tab = target, tab
         self.V = self.nv = V
-        self.config = target.config
+        self.config, self.cp = target.config, target.cp
         self.max_len, self.max_tokens = target.max_len, max_tokens
         self.stream, self.k = target.stream, TreeLauncher(self)
         self.history, self.pos, self.tokens = arr(self.max_len + 16), arr(1, np.int32), arr(max_tokens)

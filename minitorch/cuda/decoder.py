@@ -159,15 +159,11 @@ class TreeTables:
         depth = [0] * T
         for r in range(1, T):
             depth[r] = depth[parents[r]] + 1
-        self.T, self.parents_host, self.depth_host = T, tuple(parents), tuple(depth)
-        self.width = max(depth) + 1
+        self.T, self.depth_host, self.width = T, tuple(depth), max(depth) + 1
         anc = np.zeros((T, self.width), np.int32)
-        for r in range(T):
-            chain, x = [], r
-            while x != -1:
-                chain.append(x)
-                x = parents[x] if x else -1
-            anc[r, :len(chain)] = chain[::-1]
+        for r in range(1, T):  # a row's path: its parent's, then itself
+            anc[r] = anc[parents[r]]
+            anc[r, depth[r]] = r
         self.parents = cp.asarray(np.asarray(parents, np.int32))
         self.depth = cp.asarray(np.asarray(depth, np.int32))
         self.anc = cp.asarray(anc)
@@ -182,6 +178,7 @@ class StepPlan(NamedTuple):
     tc: bool  # ... in its tensor-core version (gemvtc*)
     qkv_norm: bool  # the QKV GEMV normalises its own input (the down projection before it only adds)
     groups: int  # attention row groups of ATT_RMAX query rows a kv head
+    tree: Optional["TreeTables"] = None  # a draft tree's step (tree_step): rows at their depths, seeing their paths
 
 
 class CudaDecoder:
@@ -230,7 +227,7 @@ class CudaDecoder:
         self.stream = self.cp.cuda.Stream(non_blocking=True)
         self.graphs: Dict[Any, Any] = {}
         self.graph_refs: Dict[Any, Any] = {}  # objects whose device buffers a captured graph uses
-        self._tree: Optional[TreeTables] = None  # set while a tree step is enqueued (tree_step)
+        self._tree: Optional[TreeTables] = None  # set while a tree step is enqueued (tree_step; _plan reads it)
         self._tree_tables: Dict[Any, TreeTables] = {}
         self._kv_ptrs: Any = None  # every layer's K and V cache pointers (tree_keep)
 
@@ -372,7 +369,7 @@ class CudaDecoder:
         """The kernels of a step of T tokens: the one place that decides them (with _kname for the names)."""
         ours, tc = self._ours(T, self.H), self._tc(T)
         return StepPlan(ours=ours, tc=tc, qkv_norm=ours and not tc and self.qkv_norm_in_gemv,
-                        groups=math.ceil((self.Hq // self.Hkv) * T / ATT_RMAX))
+                        groups=math.ceil((self.Hq // self.Hkv) * T / ATT_RMAX), tree=self._tree)
 
     def _kname(self, M: int, N: int, mode: str, K: int = 0) -> "tuple[str, int]":
         """(kernel name, output rows a block) of the kernels/gemv.cu instantiation for an M-token
@@ -459,7 +456,7 @@ class CudaDecoder:
         delta: Optional[Any] = None  # what the residual stream still lacks (None / _NORMED / a bf16 delta)
         for li, lw in enumerate(self.layers):
             self._qkv(lw, T, delta, plan)
-            self._attention(lw, T, plan.groups)
+            self._attention(lw, T, plan)
             delta = self._o_proj(lw, T)
             last = li + 1 == self.L
             delta = self._mlp(lw, T, delta, plan, self.final_norm if last else self.layers[li + 1]["ln1"], last)
@@ -489,10 +486,10 @@ class CudaDecoder:
         x, w = (self.resid if mode == "_norm_qkvrope" else self.xn), lw["qkv"]
         name, rows = self._kname(T, H3 * D, mode)
         norm_args = (lw["ln1"], np.float32(self.eps)) if mode == "_norm_qkvrope" else ()
-        if self._tree is not None:  # a tree's rows: rotated at their depths, cached at their rows (tree_step)
+        if plan.tree is not None:  # a tree's rows: rotated at their depths, cached at their rows (tree_step)
             k.launch(name.replace("_qkvrope_bf16", "_qkvrope_tree_bf16"), (math.ceil(H3 * D / rows),), (256,),
                      (w, x, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"], self.pos) + tail
-                     + (self._tree.depth,))
+                     + (plan.tree.depth,))
             return
         q8 = self._q8(w, T, H3 * D, mode, H)
         if q8 is not None:  # the 8-bit kernels take (nw, eps) either way, then the scales
@@ -501,12 +498,13 @@ class CudaDecoder:
         k.launch(name, (math.ceil(H3 * D / rows),), (256,),
                  (w, x, i32(H3 * D), i32(H), i32(T), bias, self.q, lw["k"], lw["v"], self.pos) + tail + norm_args)
 
-    def _attention(self, lw: Dict[str, Any], T: int, groups: int) -> None:
+    def _attention(self, lw: Dict[str, Any], T: int, plan: StepPlan) -> None:
         """attn_out (T, Hq*D) = causal attention of q (T, Hq, D) over the layer's cache up to pos + t (a tree step:
         each row over the cache below pos and its own path, kernels/attention.cu attn_tree_partial_*)."""
         Hq, Hkv, D, i32, i64 = self.Hq, self.Hkv, self.D, np.int32, np.int64
-        if self._tree is not None:
-            tr, G = self._tree, Hq // Hkv
+        groups = plan.groups
+        if plan.tree is not None:
+            tr, G = plan.tree, Hq // Hkv
             slots = min(self.nsplit, max(ATT_MIN_SLOTS, math.ceil(ATT_SLOT_BLOCKS / (Hkv * T))))
             self.k.launch(f"attn_tree_partial_bf16_d{D}", (slots, T * Hkv, math.ceil(G / ATT_RMAX)), (128,),
                           (self.q, lw["k"], lw["v"], self.ws_m, self.ws_l, self.ws_acc, tr.tpos, self.pos, tr.anc,
@@ -643,8 +641,9 @@ class CudaDecoder:
     def tree_step(self, tables: TreeTables) -> None:
         """Enqueue one step over tokens[0:T] laid out as a tree (tables): row r at position pos + depth[r], its key
         and value cached at row pos + r, seeing the cache below pos and its own path (ancestors and itself); every
-        row's logits and argmax (next_ids), no position advance. Each row's logits equal a decode step's at its
-        position after its path, bit for bit (the same products, rotation, attention order: tests/test_cuda_tree.py)."""
+        row's logits and argmax (next_ids), no position advance. Each row is built to get a decode step's logits at
+        its position after its path, bit for bit (the same products, rotation and attention order);
+        tests/test_cuda_tree.py checks it, and has not yet run on a GPU."""
         T = tables.T
         self.k.launch("tree_positions", (1,), (32,), (self.pos, tables.depth, tables.tpos, np.int32(T)))
         self._tree = tables

@@ -104,7 +104,7 @@ class HeadDecoder(CudaDecoder):
         self._embed(T)
         delta = self._gemm_resid(self.xcat, self.fc_w, self.o, T, self.H, 2 * self.H, nw=lw["ln1"])
         self._qkv(lw, T, delta, plan)
-        self._attention(lw, T, plan.groups)
+        self._attention(lw, T, plan)
         delta = self._o_proj(lw, T)
         delta = self._mlp(lw, T, delta, plan, None, True)  # no norm after the layer: the residual stays as is
         self._head(T, all_logits, advance, delta)

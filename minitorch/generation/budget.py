@@ -46,7 +46,7 @@ standard errors (its running spread over the rounds it weighs), the run goes pla
 keep noise from sending a paying run plain: one unlucky first round sent a math prompt plain at gamma 5 (1.02x where
 ungated ran 1.54x); and a round emits 1 to gamma + 1 tokens, so a mean over the ~9 rounds the running mean weighs dips
 below zero now and then even where drafting pays (GSM8K first 20 on a 2-core Zen 3, acceptance 0.7-0.8: runs spent
-up to 65% of their rounds plain and ran 1.07-1.17x where those drafting throughout ran 1.47x). So a head that is
+up to 66% of their rounds plain and ran 1.07-1.17x where the two drafting throughout ran 1.47-1.48x). So a head that is
 seldom sure costs one draft step a round until the mean turns, then nothing but the probes; one that is sure where it
 is right drafts just there.
 """

@@ -26,10 +26,10 @@ target's input instead, and the acceptance rule treats them as point masses (q =
 
 Drafters on this path share one protocol, `GpuDrafter` (below): `DecoderDrafter(decoder, propose_vocab,
 lookup_steps)` is the draft model (a CudaDecoder; --draft-vocab, --draft-extend), `HostDrafter(drafter)` any
-host drafter (prompt lookup), `HeadGpuDrafter(head_decoder, lookup_steps)` a trained draft head on the device (minitorch/cuda/head.py:
-its first step of a round reads the target's final normed hidden states of the verified rows straight from the
-target decoder's buffer, then it drafts from its own features); speculative_generate_cuda never asks which kind it
-drives.
+host drafter (prompt lookup), `HeadGpuDrafter(head_decoder, lookup_steps)` a trained draft head on the device
+(minitorch/cuda/head.py: its first step of a round reads the target's final normed hidden states of the verified
+rows straight from the target decoder's buffer, then it drafts from its own features); speculative_generate_cuda
+never asks which kind it drives.
 
 Exactness: greedy speculative output equals greedy autoregressive output when the verify step computes
 the decode steps' logits bit for bit (CudaDecoder(gemv="tc" or "ours")); "ours1" (--fast-verify) verifies with
@@ -40,7 +40,7 @@ seed reproduces a GPU run, not the CPU run's tokens.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -246,6 +246,7 @@ class HeadGpuDrafter(GpuDrafter):
         self._from_target = False  # the next first step reads the target's verify rows (else the head's own)
         self._T = 1
         self._skip = False  # no feature yet: draft nothing
+        self._lists: Any = None  # top_k_lists
 
     def check(self, target: Any, prompt: list[int], max_new_tokens: int, limit: int) -> None:
         head = self.device
@@ -281,24 +282,32 @@ class HeadGpuDrafter(GpuDrafter):
         _prefill_all_but_last(target, prompt, after_chunk=chunk)
         head.set_position(n - 2)
 
-    def draft(self, target: Any, g: int, first_T: int, cfg: SamplingConfig,
-              after_step: Callable[[int], None] | None = None) -> tuple[int, int]:
-        """after_step(i), when given, is called after the head's step i (0-based) is enqueued: its logits row is
-        then in head.logits[0] (a draft tree reads its top-k list there, cuda_tree.py)."""
+    def draft(self, target: Any, g: int, first_T: int, cfg: SamplingConfig, top_k: int = 0) -> tuple[int, int]:
+        """top_k > 0 (a draft tree, cuda_tree.py): after step i the head's top_k tokens there go to row i of
+        top_k_lists (kernels/tree.cu topk_f32, over the step's logits row)."""
         if g <= 0 or self._skip:
             return 0, 0
         head = self.device
         gq = min(g, self.lookup_steps) if self.lookup_steps else g  # the rest: prompt lookup, in the verify graph
+        lists = self.top_k_lists(gq, top_k) if top_k else None
         for i in range(gq):
-            if i:
-                head.feed("self", 1)
-            elif self._from_target:
+            if i == 0 and self._from_target:
                 head.feed("round", self._T)
             else:
                 head.feed("self", 1)
-            if after_step is not None:
-                after_step(i)
+            if lists is not None:
+                with head.stream:
+                    head.k.launch("topk_f32", (1,), (256,), (head.logits, np.int32(head.nv), np.int32(top_k), lists[i]))
         return g, gq
+
+    def top_k_lists(self, depth: int, top_k: int) -> Any:
+        """The device rows (depth, top_k) that draft(top_k=...) fills: made once, again only for a longer chain or
+        another top_k (a captured graph that reads them keeps them alive)."""
+        lists = self._lists
+        if lists is None or lists.shape[1] != top_k or lists.shape[0] < depth:
+            cp = self.device.cp
+            lists = self._lists = cp.zeros((max(depth, 1), top_k), cp.int64)
+        return lists
 
     def next_first_T(self, n: int, gq: int) -> int:
         # the target's rows of every accepted token, looked-up ones too, and the correction or bonus: the head's

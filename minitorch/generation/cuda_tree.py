@@ -2,11 +2,11 @@
 
 A round, all on the target's stream, the host reading back only the round's result:
 
-    draft:   the draft head's chain of g tokens (HeadGpuDrafter.draft: its one-row graphs), and after each step the
-             top_k tokens of its distribution there (kernels/tree.cu topk_f32)
+    draft:   the draft head's chain of g tokens (HeadGpuDrafter.draft(top_k=...): its one-row graphs), and after each
+             step the top_k tokens of its distribution there (kernels/tree.cu topk_f32)
     verify:  one graph = the chain into the target's rows 1..g (gather_drafts), the alternatives into the rows after
-             (tree_alternatives: at depth d, the best of step d's list that is not the chain's token, hanging under
-             the chain's row d - 1), the tree step (CudaDecoder.tree_step: every row at its depth, seeing the cache
+             (tree_alternatives: a row under the chain's row d - 1 takes the next of step d's list that is not the
+             chain's token), the tree step (CudaDecoder.tree_step: every row at its depth, seeing the cache
              and its own path), the greedy walk (tree_accept), the accepted path's K/V and hidden states moved into
              place (tree_keep) and the position advanced (tree_advance)
     read:    [n, accepted tokens, next]: the chain engine's spec_out, so the head's next round reads the verified
@@ -15,14 +15,15 @@ A round, all on the target's stream, the host reading back only the round's resu
 The tree is the chain with alternatives at its shallow depths ("a chain with leaves"): `budget` nodes in all, the g
 chain tokens and up to top_k - 1 alternatives a depth, depth 1 first. An alternative is a leaf: when the chain's token
 at depth d is rejected and the target's own token is one of the head's next choices there, the round keeps it and the
-target's token after it (the leaf's row gives that), one token more than the chain. A tree of T = 1 + budget rows
-costs one verify step of T rows: the tensor-core GEMV reads the weights once for up to 16 tokens, so T <= 16
-(TREE_MAX_ROWS). The head drafts no branch of its own (no tree attention in the head): the alternatives come free from
-the distributions it computes for the chain.
+target's token after it (the leaf's row gives that), one token more than the chain. A tree of T = 1 + budget rows is
+one verify step of T rows: the tensor-core GEMV takes up to 16 tokens a pass, so T <= 16 (TREE_MAX_ROWS); what such a
+step costs against a chain's is still to be measured on a GPU. The head drafts no branch of its own (no tree attention
+in the head): the alternatives come free from the distributions it computes for the chain.
 
-Exact: each row's logits are a decode step's at its position after its own path (CudaDecoder.tree_step), and the walk
-emits the target's argmax at every step, so the output is the target alone's, bit for bit. Greedy only: sampling keeps
-chains (speculative_generate_cuda).
+Exact by construction: each row is built to get a decode step's logits at its position after its own path
+(CudaDecoder.tree_step), and the walk emits the target's argmax at every step, so the output is the target alone's.
+tests/test_cuda_tree.py checks both; it has not yet run on a GPU (the host logic runs on CPU fakes:
+tests/test_generation_cuda_tree_host.py). Greedy only: sampling keeps chains (speculative_generate_cuda).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from .autoregressive import TokenCallback, emit
 from .cuda import HeadGpuDrafter, _check, _gather, _verify, as_gpu_drafter, start_round_loop
 from .sampling import SamplingConfig
 from .stats import GenerationResult, SpecStats
+from .tree import check_tree_request
 
 TOPK_MAX = 8  # kernels/tree.cu's largest list
 
@@ -58,53 +60,23 @@ def chain_with_leaves(g: int, top_k: int, budget: int) -> tuple[tuple[int, ...],
     return tuple(parents), tuple(nalt)
 
 
-class _Alternatives:
-    """The head's top_k lists of a round (one row a chain step) and each tree shape's alternatives counts."""
-
-    def __init__(self, cp: Any, depth: int, top_k: int) -> None:
-        self.top_k = top_k
-        self.lists = cp.zeros((max(depth, 1), top_k), cp.int64)
-        self.nalt: dict[tuple[int, ...], Any] = {}
-
-    def counts(self, cp: Any, nalt: tuple[int, ...]) -> Any:
-        if nalt not in self.nalt:
-            self.nalt[nalt] = cp.asarray(np.asarray(nalt or (0,), np.int32))
-        return self.nalt[nalt]
-
-
-def _draft_with_lists(drafter: HeadGpuDrafter, target: Any, g: int, first_T: int, cfg: SamplingConfig,
-                      alts: _Alternatives) -> int:
-    """The head's chain of g tokens, each step followed by its top_k list (row i of alts.lists); returns g."""
-    head = drafter.device
-    lists, K, i32 = alts.lists, alts.top_k, np.int32
-
-    def after_step(i: int) -> None:
-        with head.stream:
-            head.k.launch("topk_f32", (1,), (256,), (head.logits, i32(head.nv), i32(K), lists[i]))
-
-    return drafter.draft(target, g, first_T, cfg, after_step=after_step)[0]
-
-
-def _tree_verify(target: Any, head: Any, g: int, parents: tuple[int, ...], nalt: tuple[int, ...],
-                 alts: _Alternatives) -> None:
+def _tree_verify(target: Any, head: Any, g: int, parents: tuple[int, ...], lists: Any) -> None:
     """Replay (capturing on first use) the verify graph of a tree shape: rows, tree step, walk, keep, advance."""
     tables = target.tree_tables(parents)
-    counts = alts.counts(target.cp, nalt)
     i32 = np.int32
-    key = ("tree", parents, id(head), id(alts))
+    key = ("tree", parents, id(head), id(lists))
 
     def enqueue() -> None:
-        if g > 0:
-            _gather(target, head, g)
-        if len(parents) > g + 1:
-            target.k.launch("tree_alternatives", (1,), (32,), (target.tokens, alts.lists, i32(alts.top_k), i32(g),
-                                                               counts))
+        _gather(target, head, g)
+        if tables.T > g + 1:
+            target.k.launch("tree_alternatives", (1,), (32,), (target.tokens, lists, i32(lists.shape[1]), i32(g),
+                                                               tables.parents, i32(tables.T)))
         target.tree_step(tables)
         target.k.launch("tree_accept", (1,), (1,), (target.next_ids, target.tokens, tables.parents,
                                                    i32(tables.T), tables.path, target.spec_out))
         target.tree_keep(tables)
 
-    target.graph_refs[key] = (head, alts, counts)  # buffers the graph reads: alive as long as it
+    target.graph_refs[key] = (head, lists)  # buffers the graph reads: alive as long as it
     target.graph(key, enqueue, lambda: target.tree_step(tables),
                  kernel_names=("gather_drafts", "tree_alternatives", "tree_accept", "tree_keep", "tree_advance"))
 
@@ -119,11 +91,7 @@ def tree_speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequen
     HeadGpuDrafter (or its HeadDecoder). The stats are speculative_generate_cuda's with a tree's nodes as a round's
     drafts, plus tree (top_k, depth, budget) and per_round_nodes."""
     cfg = cfg or SamplingConfig()
-    if not cfg.greedy:
-        raise ValueError("draft trees are greedy only on the GPU too: sample with chains (speculative_generate_cuda)")
-    for name, v in (("top_k", top_k), ("depth", depth), ("budget", budget)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    check_tree_request(cfg.greedy, top_k, depth, budget, "speculative_generate_cuda")
     if top_k > TOPK_MAX:
         raise ValueError(f"top_k must be at most {TOPK_MAX} on the GPU (kernels/tree.cu's lists), got {top_k}")
     if budget < depth:
@@ -142,9 +110,7 @@ def tree_speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequen
     stops = set(int(s) for s in (stop_ids or ()))
     vocab = min(target.V, head.V, int(vocab_size or target.V))
     cp, stream = target.cp, target.stream
-    alts = getattr(head, "_tree_lists", None)
-    if alts is None or alts.top_k != top_k or alts.lists.shape[0] < depth:
-        alts = head._tree_lists = _Alternatives(cp, depth, top_k)
+    lists = drafter.top_k_lists(depth, top_k)  # the head's top-k lists of a round, one row a chain step
     st = SpecStats()
     t0 = time.perf_counter()
     start_round_loop(target, drafter, prompt, max_new_tokens, vocab, cfg, st)
@@ -155,12 +121,12 @@ def tree_speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequen
     while not done:
         g = min(depth, max_new_tokens - len(out) - 1)  # a round emits at most g + 1 tokens
         events[0].record(stream)
-        g = _draft_with_lists(drafter, target, g, first_T, cfg, alts) if g > 0 else 0
+        g, _ = drafter.draft(target, g, first_T, cfg, top_k=top_k)
         st.draft_forwards += g
         events[1].record(stream)
         if g > 0:
-            parents, nalt = chain_with_leaves(g, top_k, budget)
-            _tree_verify(target, head, g, parents, nalt, alts)
+            parents, _ = chain_with_leaves(g, top_k, budget)
+            _tree_verify(target, head, g, parents, lists)
         else:  # nothing drafted (a one-token prompt's first round, a run's last token): a plain verify
             parents = (-1,)
             _verify(target, head, 0, 0, lookup=False)

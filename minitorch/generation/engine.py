@@ -20,9 +20,8 @@ A DrafterSpec says who proposes tokens in terms common to both engines:
     "ngram"  prompt lookup alone (NGramDrafter: no second model)
     "head"   a trained draft head (models/draft_head.py on the CPU; its cuda/head.py HeadDecoder on the GPU); greedy,
              `tree=(top_k, depth, budget)` drafts a tree a round instead of a chain (tree_decoding.py on the CPU,
-             cuda_tree.py on the GPU); on the
-             GPU, `extend` continues its gamma tokens by prompt lookup as the draft model's (summaries, passages: text
-             the answer copies)
+             cuda_tree.py on the GPU); on the GPU, `extend` continues its gamma tokens by prompt lookup as the draft
+             model's (summaries, passages: text the answer copies)
 
 and `drafter_for` makes the engine's object for it: ModelDrafter / ExtendedDrafter / NGramDrafter / HeadDrafter on
 the CPU (the Drafter protocol, drafters.py), DecoderDrafter / HostDrafter / HeadGpuDrafter on the GPU (the GpuDrafter
@@ -138,7 +137,7 @@ def drafter_for(spec: DrafterSpec, target: Any, vocab_size: int) -> Any:
             from .cuda import HeadGpuDrafter
 
             return HeadGpuDrafter(spec.head, lookup_steps=steps)
-        if steps:  # a CPU verify row costs a fifth of a step: looked-up rows are the gate's to price, not yet done
+        if steps:  # a CPU verify row costs a quarter of a step: looked-up rows are the gate's to price, not yet done
             raise ValueError("a head's drafts continued by prompt lookup (extend) run on the CUDA-graph engine only")
         from .head_drafter import HeadDrafter
 

@@ -37,6 +37,16 @@ TopK = Callable[[Sequence[int], int], tuple[Sequence[int], Sequence[float]]]
 Expand = Callable[[Sequence[Sequence[int]], int], Sequence[tuple[Sequence[int], Sequence[float]]]]
 
 
+def check_tree_request(greedy: bool, top_k: int, depth: int, budget: int, sample_with: str) -> None:
+    """One clear ValueError for a tree request either engine refuses: sampling (trees are greedy; sample_with names the
+    chain function that samples), or a shape that is not three integers >= 1."""
+    if not greedy:
+        raise ValueError(f"draft trees are greedy only: sample with chains ({sample_with})")
+    for name, v in (("top_k", top_k), ("depth", depth), ("budget", budget)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+
+
 @dataclass
 class DraftTree:
     """Drafted tokens below the pending token: node i is tokens[i] under parents[i] (-1: the pending token)."""

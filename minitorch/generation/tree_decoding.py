@@ -31,7 +31,7 @@ from .budget import CostBudget
 from .speculative import prefill_first_token
 from .sampling import SamplingConfig, greedy_tokens, logits_rows
 from .stats import GenerationResult, SpecStats
-from .tree import DraftTree, accept_tree_greedy
+from .tree import DraftTree, accept_tree_greedy, check_tree_request
 
 
 def step_parents(tree: DraftTree) -> list[int]:
@@ -51,11 +51,7 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
     nodes as its drafts (alpha: accepted nodes over nodes) and per_round_nodes / tree (top_k, depth, budget) and, with
     the budget, plain_rounds added."""
     cfg = cfg or SamplingConfig()
-    if not cfg.greedy:
-        raise ValueError("draft trees are greedy only here: sample with chains (speculative_generate)")
-    for name, v in (("top_k", top_k), ("depth", depth), ("budget", budget)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    check_tree_request(cfg.greedy, top_k, depth, budget, "speculative_generate")
     if not hasattr(drafter, "propose_tree"):
         raise ValueError("a draft tree needs a drafter with propose_tree (a draft head)")
     prompt = [int(t) for t in prompt_ids]
