@@ -625,6 +625,9 @@ class CudaDecoder:
             if why:
                 raise ValueError(why)
             tables = self._tree_tables[key] = TreeTables(self.cp, key)
+        if self._kv_ptrs is None:  # made here, not in tree_keep: no host-to-device copy inside a graph capture
+            self._kv_ptrs = self.cp.asarray(np.asarray([lw[n].data.ptr for lw in self.layers for n in ("k", "v")],
+                                                       np.uint64))
         return tables
 
     def tree_unsupported(self, T: int) -> Optional[str]:
@@ -655,9 +658,6 @@ class CudaDecoder:
     def tree_keep(self, tables: TreeTables) -> None:
         """After tree_accept wrote tables.path: the accepted rows' keys and values (every layer) and final hidden
         states (xn) moved to the rows they now hold, then the position advanced past them (tree_advance)."""
-        if self._kv_ptrs is None:
-            self._kv_ptrs = self.cp.asarray(np.asarray([lw[n].data.ptr for lw in self.layers for n in ("k", "v")],
-                                                       np.uint64))
         i32 = np.int32
         self.k.launch("tree_keep", (2 * self.L + 1, self.Hkv), (128,),
                       (self._kv_ptrs, i32(2 * self.L), self.pos, tables.path, i32(self.Hkv), i32(self.max_len),
