@@ -69,7 +69,7 @@ class Session:
         on = ", ".join(k for k, v in self.runs.items() if v) or "nothing"
         c = self.cfg
         return (f"runs: {on} | drafter {self.drafter}, gamma {self.gamma}"
-                f"{' (cost budget: 0..gamma a round)' if self.adaptive == 'cost' else ' (adaptive)' if self.adaptive else ''}"
+                f"{' (cost budget: up to gamma a round)' if self.adaptive == 'cost' else ' (adaptive)' if self.adaptive else ''}"
                 f" | temperature {c.temperature}, top-k {c.top_k}, "
                 f"top-p {c.top_p}, seed {c.seed} | max-new-tokens {self.max_new_tokens} | "
                 f"chat {'on' if self.chat else 'off'}, stream {'on' if self.stream else 'off'}")

@@ -119,8 +119,9 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                    help="how much each round drafts: fixed = gamma every round; cost = 0..gamma, whichever the "
                         "measured acceptance and draft / verify seconds make fastest, 0 being a plain target step "
                         "(minitorch/generation/budget.py: never much slower than the target alone; 1..gamma on the "
-                        "CUDA-graph engine, where a verify row costs little); auto (default): cost on the CPU engine, "
-                        "fixed on the CUDA-graph engine until the budget is measured there")
+                        "CUDA-graph engine, where a verify row costs little); auto (default): cost, except fixed on "
+                        "the CUDA-graph engine for a draft model, a draft tree or --draft-extend (settings."
+                        "default_budget)")
     g.add_argument("--draft-vocab", type=int, default=0,
                    help="the draft model proposes only among the first N token ids (BPE ids run roughly by "
                         "frequency), computing that slice of its vocabulary projection; lossless; 0 = all")
@@ -130,8 +131,8 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                         "under each of the K best nodes of a level, D levels, the N best nodes kept (EAGLE-2's "
                         "selection; minitorch/generation/tree_decoding.py). CUDA-graph engine: a chain of D head "
                         "drafts with up to K - 1 alternatives a depth from the head's own top-K lists (leaves, depth 1 "
-                        "first), N nodes in all (K <= 8, N >= D; minitorch/generation/cuda_tree.py; new, its GPU tests "
-                        "not yet run on a GPU). Default: none (chains)")
+                        "first), N nodes in all (K <= 8, N >= D; minitorch/generation/cuda_tree.py; exact, but on one H100 "
+                        "slower than the chain: docs/RESULTS.md). Default: none (chains)")
     g.add_argument("--draft-extend", type=int, default=None, metavar="N",
                    help="after the draft model's (or, on the CUDA-graph path, the draft head's) gamma tokens, up "
                         "to N more by prompt lookup (the n-gram continuation of context + drafts: no draft forward, "
@@ -207,6 +208,7 @@ class Settings:
     extend: Optional[int] = None
     draft_vocab: int = 0
     adaptive: bool | str = False  # True: --adaptive-gamma; "cost": the draft budget (default_budget)
+    budget: str = "auto"  # --draft-budget as given: for_head decides auto once the drafter is known
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 128
     batch: int = 1  # --batch: sequences decoded at once, the target alone (drafter "none") when > 1
@@ -236,10 +238,11 @@ class Settings:
             drafter = "head" if folder is not None and not self.model_flags else "model"
         if self.tree is not None and drafter != "head":
             raise UserError("--draft-tree is drafted by a draft head, and none is found for this target (--head DIR)")
-        extend = self.extend if self.extend is not None else default_extend(drafter, self)
-        gamma = self.gamma if self.gamma is not None else default_gamma(drafter, self.graphs,
-                                                                        extend if self.extend is None else 0)
-        return replace(self, drafter=drafter, extend=extend, gamma=gamma)
+        s = self if self.adaptive is True else replace(
+            self, adaptive=default_budget(self.budget, self.graphs, drafter, bool(self.extend) or self.tree is not None))
+        extend = s.extend if s.extend is not None else default_extend(drafter, s)
+        gamma = s.gamma if s.gamma is not None else default_gamma(drafter, s.graphs, extend if s.extend is None else 0)
+        return replace(s, drafter=drafter, extend=extend, gamma=gamma)
 
     def record(self) -> dict[str, Any]:
         """The settings every benchmark result line carries (a resumed run must match them)."""
@@ -269,12 +272,14 @@ HEAD_GPU_GAMMA = 4  # ... on the CUDA-graph engine: 2.20x on GSM8K first 20 at 4
 GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8 verify rows, the best measured
 
 
-def default_budget(budget: str, graphs: bool) -> bool | str:
-    """--draft-budget as the engine takes it (DrafterSpec.adaptive): auto is the cost budget on the CPU engine
-    (minitorch/generation/budget.py) and a fixed gamma on the CUDA-graph engine (whose budget, 1..gamma, is asked for by
-    name until an H200 sitting has measured it against fixed)."""
+def default_budget(budget: str, graphs: bool, drafter: str = "auto", shaped: bool = False) -> bool | str:
+    """--draft-budget as the engine takes it (DrafterSpec.adaptive). auto is the cost budget
+    (minitorch/generation/budget.py), on the CPU engine always, and on the CUDA-graph engine for a draft head's chain:
+    Spec-Bench's 480 questions on one H100 ran 1.31x there against 1.20x at a fixed gamma 4, 4 questions below 0.95x
+    against 115, and GSM8K-style math_reasoning 1.75x against 1.81x (docs/RESULTS.md). A fixed gamma on that engine for
+    the draft model, a tree or --draft-extend (`shaped`), whose budget is unmeasured there (asked for by name)."""
     if budget == "auto":
-        budget = "fixed" if graphs else "cost"
+        budget = "cost" if not graphs or (drafter == "head" and not shaped) else "fixed"
     return "cost" if budget == "cost" else False
 
 
@@ -370,7 +375,9 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
                         draft_gemv=get("gpu_draft_gemv", "auto"), draft_weights=get("gpu_draft_weights", "auto"),
                         prefill=get("gpu_prefill", "graph")),
         gamma=gamma, extend=extend, draft_vocab=draft_vocab,
-        adaptive=True if adaptive_flag else default_budget(budget, graphs),
+        adaptive=True if adaptive_flag else default_budget(budget, graphs, drafter,
+                                                             bool(extend) or get("draft_tree", None) is not None),
+        budget=budget,
         sampling=sampling, max_new_tokens=max_new, batch=batch, tree=tree)
 
 

@@ -369,14 +369,34 @@ def test_gpu_tree_flags_are_checked_before_loading(flags, word):
     ([], "cost"),  # the CPU engine drafts by its measured costs
     (["--draft-budget", "fixed"], False),
     (["--adaptive-gamma"], True),
-    (["--backend", "cuda"], False),  # the CUDA-graph engine: a fixed gamma until its budget is measured
-    (["--backend", "cuda", "--draft-budget", "cost"], "cost"),  # asked for by name: 1..gamma a round
+    (["--backend", "cuda", "--drafter", "head"], "cost"),  # the CUDA-graph engine: measured for a head's chain
+    (["--backend", "cuda", "--drafter", "head", "--draft-budget", "fixed"], False),
+    (["--backend", "cuda", "--drafter", "head", "--draft-tree", "3,4,12"], False),  # unmeasured shapes: fixed
+    (["--backend", "cuda", "--drafter", "head", "--draft-extend", "2"], False),
+    (["--backend", "cuda", "--drafter", "model"], False),
+    (["--backend", "cuda", "--drafter", "model", "--draft-budget", "cost"], "cost"),  # asked for by name
     (["--backend", "cuda", "--dtype", "float32"], "cost"),  # the eager CUDA backend runs the CPU engine's loop
 ])
 def test_draft_budget_defaults(flags, want):
     from project.settings import resolve_settings
 
     assert resolve_settings(prog.build_parser().parse_args(flags)).adaptive == want
+
+
+@pytest.mark.parametrize("flags, head, want", [
+    ([], True, "cost"),  # --drafter auto decided for the cache's head
+    ([], False, False),  # ... for the draft model: its fixed gamma and looked-up tokens
+    (["--draft-budget", "fixed"], True, False),
+    (["--adaptive-gamma"], True, True),
+])
+def test_the_cuda_graph_budget_is_decided_with_the_drafter(flags, head, want, tmp_path):
+    from project.settings import resolve_settings
+
+    s = resolve_settings(prog.build_parser().parse_args(["--backend", "cuda", *flags]))
+    assert s.adaptive is (True if want is True else False)  # nothing decided before the drafter is known
+    s = s.for_head(tmp_path if head else None)
+    assert (s.drafter, s.adaptive) == ("head" if head else "model", want)
+    assert s.extend == (0 if head or want else 4)
 
 
 def _fake_packed_loads(monkeypatch) -> list:
