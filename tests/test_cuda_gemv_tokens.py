@@ -3,7 +3,7 @@ the one-token GEMV gives it alone: the exact verify's foundation. The several-to
 sums with a reduce-scatter (kernels/gemv.cu, warp_sum_scatter), the one-token ones with warp_sum. GPU only.
 
 A broken build (another lane order, still within rounding of the right sums: cuda_helpers.BROKEN_KERNELS["gemv_rs"])
-fails these tests, and one whose tensor-core tokens read the next token's inputs ("gemv_tc") the tc tests."""
+fails the fp32-output tests, and one whose tensor-core tokens read the next token's inputs ("gemv_tc") the tc tests."""
 from __future__ import annotations
 
 import numpy as np
@@ -140,10 +140,14 @@ def test_tc_gemv_tokens_equal_one_token_bitwise(tt, N, K):
 
 
 def test_several_token_gemvs_summing_lanes_in_another_order_fail(monkeypatch):
+    """The fp32-output kernels show another lane order: on an H100 the broken 5-token GEMV differed from the real one in
+    993 of 1,536 outputs (docs/results/h100_trees_specbench/diag_rs.log). The SwiGLU kernels are not among the cases:
+    their bf16 outputs hide a last-bit change of the fp32 sums (a bf16 rounds away 16 bits, so one output in tens of
+    thousands would change), and with them in, this test did not raise on that H100."""
     use_broken_kernels(monkeypatch, "gemv_rs")
     for check in (lambda: test_several_token_gemv_equals_one_token_gemv_bitwise(5, 1536, 1536),
-                  lambda: test_several_token_gemv_equals_one_token_gemv_bitwise(16, 515, 8960),
-                  lambda: test_several_token_gusilu_equals_one_token_bitwise(8, 333, 1000)):
+                  lambda: test_several_token_gemv_equals_one_token_gemv_bitwise(8, 1536, 1536),
+                  lambda: test_several_token_gemv_equals_one_token_gemv_bitwise(16, 515, 8960)):
         with pytest.raises(AssertionError):
             check()
 
