@@ -569,7 +569,7 @@ ATT_ROWS_INST(128)
 // reads, in the same order: positions below *tbase from the cache rows of the same index, then its ancestors and
 // itself (its path from the tree's root), key *tbase + k at row *tbase + tanc[b * tw + k] (the tree's rows follow
 // *tbase in step order). Same body, splits and merge (attn_rows_combine_bf16 over pos) as the decode step, so a
-// tree row is built to get a decode step's bits (tests/test_cuda_tree.py checks it; not yet run on a GPU); it never
+// tree row is built to get a decode step's bits (tests/test_cuda_tree.py checks it, on an H100); it never
 // reads a sibling branch's rows. Grid (slots, T * Hkv, ceil(G / 8)).
 #define ATT_TREE_INST(DH)                                                                                 \
   __global__ void __launch_bounds__(ATT_THREADS) attn_tree_partial_bf16_d##DH(                            \

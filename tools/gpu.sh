@@ -55,7 +55,7 @@
 #   bench-tree [K,D,N...]  draft trees against the chain (issue 44), the shipped head (HEAD_DIR for another), greedy, one
 #                        machine: GSM8K and MATH-500 first BENCH_N (20) with the chain (gamma 4) and each tree (default
 #                        "3,4,12 2,4,8"), files named by set and shape, packed in bench_tree.tgz; each summary says
-#                        whether every text is the target alone's (written without a GPU: not yet run)
+#                        whether every text is the target alone's
 #   bench-specbench NAME  Spec-Bench on the CUDA-graph path (all 480 questions, or PER (per category)), spec and target,
 #                        --drafter DRAFTER (head), HEAD_DIR (default: the shipped head) for a head, --draft-budget
 #                        BUDGET (fixed), EXTRA flags; resumable: /root/sb_NAME.jsonl goes on where the last call on

@@ -646,7 +646,7 @@ class CudaDecoder:
         and value cached at row pos + r, seeing the cache below pos and its own path (ancestors and itself); every
         row's logits and argmax (next_ids), no position advance. Each row is built to get a decode step's logits at
         its position after its path, bit for bit (the same products, rotation and attention order);
-        tests/test_cuda_tree.py checks it, and has not yet run on a GPU."""
+        tests/test_cuda_tree.py checks it (on an H100)."""
         T = tables.T
         self.k.launch("tree_positions", (1,), (32,), (self.pos, tables.depth, tables.tpos, np.int32(T)))
         self._tree = tables
