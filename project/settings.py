@@ -129,10 +129,12 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                    help="the draft head proposes a tree a round instead of a chain, all of it verified in one target "
                         "step whose rows see only their own ancestors; greedy. CPU engine: the K most probable tokens "
                         "under each of the K best nodes of a level, D levels, the N best nodes kept (EAGLE-2's "
-                        "selection; minitorch/generation/tree_decoding.py). CUDA-graph engine: a chain of D head "
-                        "drafts with up to K - 1 alternatives a depth from the head's own top-K lists (leaves, depth 1 "
-                        "first), N nodes in all (K <= 8, N >= D; minitorch/generation/cuda_tree.py; exact, but on one H100 "
-                        "slower than the chain: docs/RESULTS.md). Default: none (chains)")
+                        "selection; minitorch/generation/tree_decoding.py); with the draft budget each drafting round "
+                        "drafts the tree or the chain of depth D, whichever has cost fewer seconds a token so far. "
+                        "CUDA-graph engine: a chain of D head drafts with up to K - 1 alternatives a depth from the "
+                        "head's own top-K lists (leaves, depth 1 first), N nodes in all (K <= 8, N >= D; "
+                        "minitorch/generation/cuda_tree.py; exact, but on one H100 slower than the chain: "
+                        "docs/RESULTS.md). Default: none (chains)")
     g.add_argument("--draft-extend", type=int, default=None, metavar="N",
                    help="after the draft model's (or, on the CUDA-graph path, the draft head's) gamma tokens, up "
                         "to N more by prompt lookup (the n-gram continuation of context + drafts: no draft forward, "

@@ -178,3 +178,98 @@ def test_the_gate_prunes_a_tree_to_the_nodes_whose_chance_pays_a_row(pair):
     kept = sum(res.stats["per_round_nodes"])
     assert 0 < kept < sum(len(p) for p in seen)  # some nodes were cut, some kept
     assert kept == sum(sum(1 for p in probs if p >= 0.2) for probs in seen)  # exactly those whose chance pays
+
+
+def run_shapes(choice, costs, rounds):
+    """Drive a ShapeChoice for `rounds` rounds, costs(tree) = (seconds, tokens) of a round; the shapes chosen."""
+    chosen = []
+    for i in range(rounds):
+        tree = choice.tree()
+        chosen.append(tree)
+        choice.record(tree, *costs(i, tree))
+    return chosen
+
+
+def test_the_shape_choice_takes_the_cheaper_shape_and_rechecks_the_other():
+    """Warm-up rounds in turn, then the shape with fewer seconds a token, the other once after every RECHECK rounds of
+    it; when the costs turn, the choice follows within a recheck or two."""
+    choice = td.ShapeChoice(warm=3, recheck=12)
+    tree_dear = lambda i, tree: (3.0, 3) if tree else (1.0, 2)  # noqa: E731  tree 1 s a token, chain 0.5
+    chosen = run_shapes(choice, tree_dear, 60)
+    assert chosen[:7] == [True, True, False, True, False, True, False]  # the run's warm-up round, then 3 each in turn
+    after = chosen[7:]
+    assert after[:12] == [False] * 12 and after[12] is True  # the cheaper chain, then one tree
+    assert sum(after) == len(after) // 13  # one tree a RECHECK + 1 rounds
+    # the tree turns cheap (0.25 s a token): the next recheck sees it, and the running means follow
+    turned = run_shapes(choice, lambda i, tree: (1.0, 4) if tree else (1.0, 2), 100)
+    assert sum(turned[:13]) == 1  # one recheck does not outweigh the running mean
+    assert sum(turned[-26:]) == 24  # it has turned: the tree, and the chain once after every 12 of it
+
+
+class Scripted:
+    """A tree drafter that knows the target's greedy text and costs nothing of its own: its first choice at a round's
+    first depth is wrong and its second right, its first choice deeper right. A chain (top_k 1) so emits one token a
+    round, a tree more (3 at top_k 2, depth 3, budget 6)."""
+
+    forwards = 0
+
+    def __init__(self, text, vocab):
+        self.text, self.vocab = list(text), vocab
+
+    def start(self, prompt, max_len, vocab=None):
+        pass
+
+    def observe(self, feats):
+        pass
+
+    def rollback(self, n):
+        pass
+
+    def propose_tree(self, tokens, top_k, depth, budget):
+        def topk(ctx, k):
+            ctx = list(ctx)
+            right = self.text[len(ctx)] if ctx == self.text[:len(ctx)] and len(ctx) < len(self.text) else 0
+            wrong = (right + 1) % self.vocab
+            ids = [wrong, right] if len(ctx) == len(tokens) else [right, wrong]
+            return np.array(ids[:k]), np.log(np.array([0.6, 0.4][:k]))
+        return build_tree(topk, tokens, top_k, depth, budget)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+@pytest.mark.parametrize("dear", ["tree", "chain"])
+def test_gated_trees_draft_whichever_shape_costs_less_a_token(pair, monkeypatch, dear, broken):
+    """A drafter whose tree emits 3 tokens a round and whose chain 1, made slow by 100 ms a round in one shape
+    (the tree: 100 ms for 3 tokens, dearer than a round of one verify row for 1): the run drafts the other shape in most
+    drafting rounds, and the output is the target's. Broken: a choice that always drafts the tree is caught where the
+    tree is the dear shape."""
+    import time
+
+    from minitorch.generation.budget import CostBudget
+
+    class Always(CostBudget):  # every round drafts every node (the gate's own pruning is tested above)
+        def choose(self, accepted, judged):
+            self.choices.append(self.gamma)
+            return self.gamma
+
+        def include(self, n, p):
+            return True
+
+    if broken:
+        monkeypatch.setattr(td.ShapeChoice, "tree", lambda self: True)
+    target, _ = pair
+    want = generate(target, PROMPT, 60).tokens
+    drafter = Scripted(PROMPT + want, target.config.vocab_size)
+    propose = drafter.propose_tree
+
+    def slow(tokens, top_k, depth, budget):
+        if (top_k > 1) == (dear == "tree"):
+            time.sleep(0.1)
+        return propose(tokens, top_k, depth, budget)
+
+    drafter.propose_tree = slow
+    res = td.tree_speculative_generate(target, drafter, PROMPT, 60, top_k=2, depth=3, budget=6,
+                                       adaptive=Always(3, gated=True))
+    assert res.tokens == want
+    drafting = res.stats["rounds"] - res.stats["plain_rounds"]
+    cheap = res.stats["chain_rounds"] if dear == "tree" else drafting - res.stats["chain_rounds"]
+    assert (cheap >= 0.6 * drafting) != (broken and dear == "tree")

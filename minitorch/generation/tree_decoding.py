@@ -15,6 +15,13 @@ probability under the head, exp(its score), pays the verify row it adds (the cha
 score is below its parent's, so the kept nodes hang together), and a round drafts at all only while drafting rounds
 have saved time, else plain steps and probes. With top_k 1 the gated tree is the gated chain's rule over a fixed
 depth of head steps.
+
+A tree is not always worth its price: on a 2-core Zen 3 its top_k-row head steps and wider verifies saved less than
+the chain's (GSM8K first 20: a 2,3,6 tree 1.06x, the gated chain 1.29x). So with the draft budget each drafting round
+drafts either the tree or the chain of the same depth (top_k 1), whichever has cost fewer seconds a token emitted in
+the run's rounds so far (ShapeChoice: each shape a few rounds first, then the cheaper one, the other now and then to
+see whether the text has changed its mind). Like the budget it looks only at finished rounds: the output stays the
+target's.
 """
 from __future__ import annotations
 
@@ -34,6 +41,49 @@ from .stats import GenerationResult, SpecStats
 from .tree import DraftTree, accept_tree_greedy, check_tree_request
 
 
+WARM_ROUNDS = 3  # drafting rounds of each shape before ShapeChoice compares them
+RECHECK = 12  # rounds of the cheaper shape between two of the other
+SHAPE_EMA = 0.2  # weight of a new round in a shape's running seconds and tokens (a plain mean for the first 1 / it)
+
+
+class ShapeChoice:
+    """Whether a drafting round drafts the tree (True) or the chain (False): each shape WARM_ROUNDS rounds in turn,
+    then the one with fewer seconds a token in its running means, the other once after every RECHECK rounds. The first
+    round recorded is the run's warm-up (cold, right after the prefill) and is not counted."""
+
+    def __init__(self, warm: int = WARM_ROUNDS, recheck: int = RECHECK) -> None:
+        self.warm, self.recheck = warm, recheck
+        self.seconds = {True: 0.0, False: 0.0}  # running mean seconds of a round, by shape
+        self.tokens = {True: 0.0, False: 0.0}  # running mean tokens a round emitted
+        self.counted = {True: 0, False: 0}
+        self.streak = 0  # rounds of the cheaper shape since the other one ran
+        self._warmed = False
+
+    def per_token(self, tree: bool) -> float:
+        return self.seconds[tree] / max(self.tokens[tree], 1e-9)
+
+    def tree(self) -> bool:
+        if min(self.counted.values()) < self.warm:
+            return self.counted[True] <= self.counted[False]  # in turn, the tree first
+        best = self.per_token(True) <= self.per_token(False)
+        if self.streak >= self.recheck:
+            return not best
+        return best
+
+    def record(self, tree: bool, seconds: float, emitted: int) -> None:
+        """A finished drafting round of this shape: its seconds (draft and verify) and the tokens it emitted."""
+        if not self._warmed:
+            self._warmed = True
+            return
+        warm = min(self.counted.values()) < self.warm
+        best = self.per_token(True) <= self.per_token(False)
+        self.counted[tree] += 1
+        w = max(SHAPE_EMA, 1.0 / self.counted[tree])
+        self.seconds[tree] += w * (seconds - self.seconds[tree])
+        self.tokens[tree] += w * (emitted - self.tokens[tree])
+        self.streak = 0 if warm or tree != best else self.streak + 1
+
+
 def step_parents(tree: DraftTree) -> list[int]:
     """A verify step's rows: the pending token under the cache, then node i as row i + 1 under its parent's row."""
     return [-1] + [p + 1 for p in tree.parents]
@@ -49,7 +99,7 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
     drafter: a HeadDrafter (propose_tree, observe). adaptive "cost" (or a gated CostBudget): the gate prunes each
     tree and decides whether a round drafts (module docstring). The stats are speculative_generate's, with a tree's
     nodes as its drafts (alpha: accepted nodes over nodes) and per_round_nodes / tree (top_k, depth, budget) and, with
-    the budget, plain_rounds added."""
+    the budget, plain_rounds and chain_rounds (drafting rounds that drafted the chain: ShapeChoice) added."""
     cfg = cfg or SamplingConfig()
     check_tree_request(cfg.greedy, top_k, depth, budget, "speculative_generate")
     if not hasattr(drafter, "propose_tree"):
@@ -68,14 +118,18 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
                                     cfg.make_rng(), stops, max_new_tokens, st, on_tokens)
     gate = adaptive if isinstance(adaptive, CostBudget) else (
         CostBudget(depth, gated=True) if adaptive == "cost" else None)
-    context, nodes = prompt + out, []
+    shape = ShapeChoice() if gate is not None and top_k > 1 else None
+    context, nodes, chains = prompt + out, [], 0
     while not done:
         before = st.costs()
-        tree = DraftTree()
+        tree, k = DraftTree(), 0
         if gate is None or gate.choose(st.position_accepted, st.position_judged):
+            k = top_k if shape is None or shape.tree() else 1
+            if shape is not None and k == 1:
+                chains += 1
             with timer("draft"):
                 f0 = drafter.forwards
-                tree = full = drafter.propose_tree(context, top_k, depth, budget)
+                tree = full = drafter.propose_tree(context, k, depth, budget if k > 1 else min(budget, depth))
                 if gate is not None:  # keep the nodes whose chance pays their row
                     tree = full.pruned(lambda i: gate.include(full.depth(i), float(np.exp(full.scores[i]))))
                 st.draft_forwards += drafter.forwards - f0
@@ -95,12 +149,16 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
             drafter.observe(np.ascontiguousarray(feats.to_numpy()[0][rows]))
             drafter.rollback(len(context) - 1)
         if gate is not None:
-            gate.record(len(tree), *st.costs_since(before), n_emit)
+            forwards, t_draft, t_verify = st.costs_since(before)
+            gate.record(len(tree), forwards, t_draft, t_verify, n_emit)
+            if shape is not None and k:
+                shape.record(k > 1, t_draft + t_verify, n_emit)
         if on_tokens is not None:
             on_tokens(out[len(out) - n_emit:])
     stats = st.as_dict(time.perf_counter() - t0)
     stats.update(tree=[top_k, depth, budget], per_round_nodes=nodes)
     if gate is not None:
         stats["plain_rounds"] = gate.choices.count(0)
+        stats["chain_rounds"] = chains
     stop_reason = "stop" if out and out[-1] in stops else "length"
     return GenerationResult(tokens=out, stop_reason=stop_reason, stats=stats)
