@@ -90,7 +90,7 @@ class Oracle:
     def rollback(self, n):
         pass
 
-    def propose_tree(self, tokens, top_k, depth, budget):
+    def propose_tree(self, tokens, top_k, depth, budget, extend=None):
         def topk(ctx, k):
             with minitorch.no_grad():
                 row = self.target(list(ctx), self.target.new_cache(len(ctx))).to_numpy()[0, -1]
@@ -99,7 +99,7 @@ class Oracle:
                 ids[0], ids[1] = ids[1], ids[0]
                 lps[0], lps[1] = lps[1], lps[0]
             return ids[:k], lps[:k]
-        return build_tree(topk, tokens, top_k, depth, budget)
+        return build_tree(topk, tokens, top_k, depth, budget, extend)
 
 
 @pytest.mark.parametrize("broken", [False, True])
@@ -165,8 +165,8 @@ def test_the_gate_prunes_a_tree_to_the_nodes_whose_chance_pays_a_row(pair):
     oracle, seen = Oracle(target), []
     propose = oracle.propose_tree
 
-    def spy(*a):
-        tree = propose(*a)
+    def spy(*a, **kw):
+        tree = propose(*a, **kw)
         seen.append(sorted(np.exp(tree.scores)))
         return tree
 
@@ -225,14 +225,14 @@ class Scripted:
     def rollback(self, n):
         pass
 
-    def propose_tree(self, tokens, top_k, depth, budget):
+    def propose_tree(self, tokens, top_k, depth, budget, extend=None):
         def topk(ctx, k):
             ctx = list(ctx)
             right = self.text[len(ctx)] if ctx == self.text[:len(ctx)] and len(ctx) < len(self.text) else 0
             wrong = (right + 1) % self.vocab
             ids = [wrong, right] if len(ctx) == len(tokens) else [right, wrong]
             return np.array(ids[:k]), np.log(np.array([0.6, 0.4][:k]))
-        return build_tree(topk, tokens, top_k, depth, budget)
+        return build_tree(topk, tokens, top_k, depth, budget, extend)
 
 
 @pytest.mark.parametrize("broken", [False, True])
@@ -246,12 +246,15 @@ def test_gated_trees_draft_whichever_shape_costs_less_a_token(pair, monkeypatch,
 
     from minitorch.generation.budget import CostBudget
 
-    class Always(CostBudget):  # every round drafts every node (the gate's own pruning is tested above)
+    class Always(CostBudget):  # every round drafts every node (the gate's own pruning and growing are tested above)
         def choose(self, accepted, judged):
             self.choices.append(self.gamma)
             return self.gamma
 
         def include(self, n, p):
+            return True
+
+        def extend(self, n, p):
             return True
 
     if broken:
@@ -261,10 +264,10 @@ def test_gated_trees_draft_whichever_shape_costs_less_a_token(pair, monkeypatch,
     drafter = Scripted(PROMPT + want, target.config.vocab_size)
     propose = drafter.propose_tree
 
-    def slow(tokens, top_k, depth, budget):
+    def slow(tokens, top_k, depth, budget, extend=None):
         if (top_k > 1) == (dear == "tree"):
             time.sleep(0.1)
-        return propose(tokens, top_k, depth, budget)
+        return propose(tokens, top_k, depth, budget, extend)
 
     drafter.propose_tree = slow
     res = td.tree_speculative_generate(target, drafter, PROMPT, 60, top_k=2, depth=3, budget=6,
@@ -273,3 +276,64 @@ def test_gated_trees_draft_whichever_shape_costs_less_a_token(pair, monkeypatch,
     drafting = res.stats["rounds"] - res.stats["plain_rounds"]
     cheap = res.stats["chain_rounds"] if dear == "tree" else drafting - res.stats["chain_rounds"]
     assert (cheap >= 0.6 * drafting) != (broken and dear == "tree")
+
+
+def test_a_gate_grows_the_tree_only_below_nodes_whose_chance_pays_a_step():
+    """extend (the draft budget's gate: a level costs a draft step) is asked for every frontier node before its level is
+    drafted: children only under nodes it accepts, and no level at all when it accepts none; without it, every
+    level."""
+    def topk(ctx, k):
+        return np.array([1, 2][:k]), np.log(np.array([0.6, 0.4][:k]))
+
+    asked = []
+
+    def extend(level, p):
+        asked.append((level, round(p, 6)))
+        return p >= 0.35
+
+    full = build_tree(topk, [7, 7], 2, 3, 14)
+    grown = build_tree(topk, [7, 7], 2, 3, 14, extend)
+    assert len(full) == 2 + 4 + 4
+    assert len(grown) == 2 + 4 + 2  # level 2 only below the 0.36 node (0.6 x 0.6): the 0.24 ones are not worth a step
+    assert asked == [(1, 0.6), (1, 0.4), (2, 0.36), (2, 0.24)]
+    probs = np.exp(grown.scores)
+    assert all(probs[grown.parents[i]] >= 0.35 for i in range(len(grown)) if grown.parents[i] >= 0)
+    assert len(build_tree(topk, [7, 7], 2, 3, 14, lambda level, p: False)) == 2  # the first level only
+
+
+def test_chain_shaped_rounds_verify_and_draft_as_causal_steps(pair, monkeypatch):
+    """A round whose tree is a chain (top_k 1, or a plain step) is verified by a causal step, and the head drafts a
+    one-row level by its causal step: the same rows (a chain's tree mask is causal), without the tree kernels' cost;
+    the output is still the target's."""
+    from minitorch.models.draft_head import DraftHead as Head
+
+    target, head = pair
+    want = generate(target, PROMPT, 30).tokens
+    seen, steps = [], []
+
+    class Spy:
+        def __init__(self, model):
+            self.model = model
+
+        def __getattr__(self, name):
+            return getattr(self.model, name)
+
+        def __call__(self, tokens, cache, **kw):
+            seen.append(kw.get("parents"))
+            return self.model(tokens, cache, **kw)
+
+    real = Head.draft_step
+
+    def step(self, *a, tree=None):
+        steps.append(tree)
+        return real(self, *a, tree=tree)
+
+    monkeypatch.setattr(Head, "draft_step", step)
+    d = HeadDrafter(head, target)
+    res = td.tree_speculative_generate(Spy(target), d, PROMPT, 30, top_k=1, depth=3, budget=3)
+    assert res.tokens == want
+    assert len(seen) > 1 and all(p is None for p in seen[1:])  # every round's verify (the prefill's call first)
+    assert steps and all(t is None for t in steps)
+    seen.clear(), steps.clear()
+    res = td.tree_speculative_generate(Spy(target), HeadDrafter(head, target), PROMPT, 30, top_k=2, depth=3, budget=6)
+    assert res.tokens == want and any(p is not None for p in seen) and any(t is not None for t in steps)

@@ -27,7 +27,7 @@ import numpy as np
 from .. import from_numpy, tensor as make_tensor
 from ..models.tree_step import TreeStep
 from .sampling import SamplingConfig, logits_rows, logits_to_probs, sample
-from .tree import DraftTree, grow_tree
+from .tree import DraftTree, Extend, grow_tree
 
 
 def top_logprobs(logits: np.ndarray, k: int) -> tuple[list[int], list[float]]:
@@ -153,11 +153,13 @@ class HeadDrafter:
         self.cache.truncate(n - 1)
         return drafts, (np.stack(qs) if qs else None)
 
-    def propose_tree(self, tokens: Sequence[int], top_k: int, depth: int, budget: int) -> DraftTree:
+    def propose_tree(self, tokens: Sequence[int], top_k: int, depth: int, budget: int,
+                     extend: Extend | None = None) -> DraftTree:
         """A draft tree below the pending token (tree.py's grow_tree: EAGLE-2's selection by the head's log
         probabilities), each level one head step: the frontier's nodes fed at once as a TreeStep, each at its depth's
         position reading its parent's g and seeing its own ancestors' rows in the head's cache (not its siblings').
-        The same tree as expanding each path alone (tests/test_tree_decoding.py); the cache is trimmed after."""
+        The same tree as expanding each path alone (tests/test_tree_decoding.py); the cache is trimmed after. extend:
+        grow_tree's (a level only below the nodes it accepts)."""
         n = len(tokens)
         if n < 2:
             raise RuntimeError("a draft tree needs a context of two tokens or more")
@@ -180,15 +182,16 @@ class HeadDrafter:
                     mask[r, start - base + r] = 1
                     positions[r] = n - 2 + len(p)
                 parent_g = np.stack([fed[p[:-1]][0] for p in new])[None]
+                chain = t_len == 1 and bool(mask.all())  # one row seeing every row before it: a causal step
                 gs, logits = self.head.draft_step(from_numpy(parent_g, backend=self.head.backend),
                                                   self._embed([p[-1] for p in new]), self.cache, self._lm, n_head,
-                                                  tree=TreeStep(positions, mask, base))
+                                                  tree=None if chain else TreeStep(positions, mask, base))
                 self.forwards += 1
                 gs, logits = gs.to_numpy()[0], logits_rows(logits, n_head)
                 for r, p in enumerate(new):
                     fed[p] = (gs[r], logits[r], mask[r])
             return [top_logprobs(fed[tuple(int(t) for t in p)][1], k_top) for p in paths]
 
-        tree = grow_tree(expand, top_k, depth, budget)
+        tree = grow_tree(expand, top_k, depth, budget, extend)
         self.cache.truncate(n - 1)
         return tree

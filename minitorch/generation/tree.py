@@ -35,6 +35,7 @@ from .sampling import logits_rows
 TopK = Callable[[Sequence[int], int], tuple[Sequence[int], Sequence[float]]]
 # a level of a tree at once: paths below the pending token -> each one's k most probable next tokens and log probs
 Expand = Callable[[Sequence[Sequence[int]], int], Sequence[tuple[Sequence[int], Sequence[float]]]]
+Extend = Callable[[int, float], bool]  # (depth of a frontier node, its path's probability): is it worth expanding?
 
 
 def check_tree_request(greedy: bool, top_k: int, depth: int, budget: int, sample_with: str) -> None:
@@ -102,20 +103,27 @@ class DraftTree:
         return [j for j, p in enumerate(self.parents) if p == i]
 
 
-def build_tree(topk: TopK, context: Sequence[int], top_k: int, depth: int, budget: int) -> DraftTree:
+def build_tree(topk: TopK, context: Sequence[int], top_k: int, depth: int, budget: int,
+               extend: Extend | None = None) -> DraftTree:
     """EAGLE-2's dynamic tree: `depth` levels, each expanding the top_k best frontier nodes (by their path's summed log
-    probability) into their top_k next tokens; then the `budget` best nodes of all, renumbered parents first."""
-    return grow_tree(lambda paths, k: [topk(list(context) + list(p), k) for p in paths], top_k, depth, budget)
+    probability) into their top_k next tokens; then the `budget` best nodes of all, renumbered parents first. extend
+    (a draft budget's gate): only frontier nodes it accepts are expanded, and the growing stops where none is."""
+    return grow_tree(lambda paths, k: [topk(list(context) + list(p), k) for p in paths], top_k, depth, budget,
+                     extend)
 
 
-def grow_tree(expand: Expand, top_k: int, depth: int, budget: int) -> DraftTree:
+def grow_tree(expand: Expand, top_k: int, depth: int, budget: int, extend: Extend | None = None) -> DraftTree:
     """build_tree with each level's frontier expanded in one call (a drafter that runs a level as one step)."""
     if top_k < 1 or depth < 1 or budget < 1:
         raise ValueError(f"top_k, depth and budget must be >= 1, got {top_k}, {depth}, {budget}")
     scored: list[tuple[float, int, int, int]] = []  # (score, node, parent node, token) of every candidate
     frontier = [(0.0, -1, [])]  # (score, node, path tokens) of the nodes to expand next
     n = 0
-    for _ in range(depth):
+    for level in range(depth):
+        if level and extend is not None:  # a level costs a drafter step: only for nodes whose chance pays it
+            frontier = [f for f in frontier if extend(level, float(np.exp(f[0])))]
+            if not frontier:
+                break
         grown = []
         for (score, node, toks), (ids, logps) in zip(frontier, expand([f[2] for f in frontier], top_k)):
             for t, lp in zip(ids, logps):

@@ -12,9 +12,10 @@ A round's cost is the drafter's depth steps plus a verify of nodes + 1 rows; on 
 quarter of a step, so a tree pays only where its extra branches are accepted often. With the draft budget
 (adaptive "cost", the CPU default) the tree is gated as a chain is (budget.py): a node is kept only if its path's
 probability under the head, exp(its score), pays the verify row it adds (the chain's rule, node by node: a node's
-score is below its parent's, so the kept nodes hang together), and a round drafts at all only while drafting rounds
-have saved time, else plain steps and probes. With top_k 1 the gated tree is the gated chain's rule over a fixed
-depth of head steps.
+score is below its parent's, so the kept nodes hang together); a level is drafted only below the nodes whose
+probability pays a draft step and its row (the chain's rule for drafting one more), and none once no node's does; and
+a round drafts at all only while drafting rounds have saved time, else plain steps and probes. With top_k 1 the gated
+tree is the gated chain.
 
 A tree is not always worth its price: on a 2-core Zen 3 its top_k-row head steps and wider verifies saved less than
 the chain's (GSM8K first 20: a 2,3,6 tree 1.06x, the gated chain 1.29x). So with the draft budget each drafting round
@@ -129,13 +130,17 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
                 chains += 1
             with timer("draft"):
                 f0 = drafter.forwards
-                tree = full = drafter.propose_tree(context, k, depth, budget if k > 1 else min(budget, depth))
+                n_max = budget if k > 1 else min(budget, depth)
+                tree = full = (drafter.propose_tree(context, k, depth, n_max) if gate is None else
+                               drafter.propose_tree(context, k, depth, n_max, extend=gate.extend))
                 if gate is not None:  # keep the nodes whose chance pays their row
                     tree = full.pruned(lambda i: gate.include(full.depth(i), float(np.exp(full.scores[i]))))
                 st.draft_forwards += drafter.forwards - f0
         start = cache.length
         with timer("verify"):
-            logits, feats = target([context[-1], *tree.tokens], cache, parents=step_parents(tree), return_hidden=True)
+            parents = step_parents(tree)  # a chain's rows (a plain step's one) see every row before them: causal
+            logits, feats = target([context[-1], *tree.tokens], cache, return_hidden=True,
+                                   parents=None if parents == list(range(-1, len(parents) - 1)) else parents)
             best = greedy_tokens(logits_rows(logits, vocab))
         with timer("sample"):
             accepted, nxt = accept_tree_greedy(tree, int(best[0]), [int(b) for b in best[1:]])
