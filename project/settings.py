@@ -230,6 +230,14 @@ class Settings:
     def needs_draft(self) -> bool:
         return self.drafter == "model"
 
+    def with_budget(self, drafter: str) -> "Settings":
+        """adaptive decided for this drafter (default_budget; --adaptive-gamma stays True): once from the flags, again
+        in for_head when --drafter auto is decided."""
+        if self.adaptive is True:
+            return self
+        shaped = bool(self.extend) or self.tree is not None
+        return replace(self, adaptive=default_budget(self.budget, self.graphs, drafter, shaped))
+
     def for_head(self, folder: Optional[Path]) -> "Settings":
         """The settings with --drafter auto decided and the defaults of gamma and --draft-extend filled in:
         auto drafts with the head in `folder` (--head, or the cache's head for the target, else the repository's;
@@ -240,8 +248,7 @@ class Settings:
             drafter = "head" if folder is not None and not self.model_flags else "model"
         if self.tree is not None and drafter != "head":
             raise UserError("--draft-tree is drafted by a draft head, and none is found for this target (--head DIR)")
-        s = self if self.adaptive is True else replace(
-            self, adaptive=default_budget(self.budget, self.graphs, drafter, bool(self.extend) or self.tree is not None))
+        s = self.with_budget(drafter)
         extend = s.extend if s.extend is not None else default_extend(drafter, s)
         gamma = s.gamma if s.gamma is not None else default_gamma(drafter, s.graphs, extend if s.extend is None else 0)
         return replace(s, drafter=drafter, extend=extend, gamma=gamma)
@@ -360,7 +367,6 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
     if backend != "cuda" and dtype == "bfloat16":
         raise UserError("--dtype bfloat16 needs --backend cuda")
     budget, adaptive_flag = get("draft_budget", "auto"), bool(get("adaptive_gamma", False))
-    graphs = backend == "cuda" and dtype != "float32"
     if adaptive_flag and budget != "auto":
         raise UserError(f"--adaptive-gamma and --draft-budget {budget}: choose one")
     try:
@@ -377,10 +383,8 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
                         draft_gemv=get("gpu_draft_gemv", "auto"), draft_weights=get("gpu_draft_weights", "auto"),
                         prefill=get("gpu_prefill", "graph")),
         gamma=gamma, extend=extend, draft_vocab=draft_vocab,
-        adaptive=True if adaptive_flag else default_budget(budget, graphs, drafter,
-                                                             bool(extend) or get("draft_tree", None) is not None),
-        budget=budget,
-        sampling=sampling, max_new_tokens=max_new, batch=batch, tree=tree)
+        adaptive=adaptive_flag, budget=budget,
+        sampling=sampling, max_new_tokens=max_new, batch=batch, tree=tree).with_budget(drafter)
 
 
 def parse_tree(text: Optional[str]) -> Optional[tuple[int, int, int]]:

@@ -72,14 +72,10 @@ def test_tree_decoding_with_the_head_equals_the_target_alone(pair, top_k, depth,
     assert res.stats["rounds"] < 40 or top_k == 1  # (a random head is seldom right)
 
 
-class Oracle:
-    """A tree drafter from the target's own next-token ranking, its first two swapped at every other depth: accepted
-    paths run through second children, so the rows to keep are not the first ones."""
+class StatelessTreeDrafter:
+    """A tree drafter with no state of its own: the drafter protocol's start / observe / rollback do nothing."""
 
     forwards = 0
-
-    def __init__(self, target):
-        self.target = target
 
     def start(self, prompt, max_len, vocab=None):
         pass
@@ -89,6 +85,14 @@ class Oracle:
 
     def rollback(self, n):
         pass
+
+
+class Oracle(StatelessTreeDrafter):
+    """A tree drafter from the target's own next-token ranking, its first two swapped at every other depth: accepted
+    paths run through second children, so the rows to keep are not the first ones."""
+
+    def __init__(self, target):
+        self.target = target
 
     def propose_tree(self, tokens, top_k, depth, budget, extend=None):
         def topk(ctx, k):
@@ -206,24 +210,13 @@ def test_the_shape_choice_takes_the_cheaper_shape_and_rechecks_the_other():
     assert sum(turned[-26:]) == 24  # it has turned: the tree, and the chain once after every 12 of it
 
 
-class Scripted:
+class Scripted(StatelessTreeDrafter):
     """A tree drafter that knows the target's greedy text and costs nothing of its own: its first choice at a round's
     first depth is wrong and its second right, its first choice deeper right. A chain (top_k 1) so emits one token a
     round, a tree more (3 at top_k 2, depth 3, budget 6)."""
 
-    forwards = 0
-
     def __init__(self, text, vocab):
         self.text, self.vocab = list(text), vocab
-
-    def start(self, prompt, max_len, vocab=None):
-        pass
-
-    def observe(self, feats):
-        pass
-
-    def rollback(self, n):
-        pass
 
     def propose_tree(self, tokens, top_k, depth, budget, extend=None):
         def topk(ctx, k):
@@ -303,37 +296,30 @@ def test_a_gate_grows_the_tree_only_below_nodes_whose_chance_pays_a_step():
 
 def test_chain_shaped_rounds_verify_and_draft_as_causal_steps(pair, monkeypatch):
     """A round whose tree is a chain (top_k 1, or a plain step) is verified by a causal step, and the head drafts a
-    one-row level by its causal step: the same rows (a chain's tree mask is causal), without the tree kernels' cost;
-    the output is still the target's."""
-    from minitorch.models.draft_head import DraftHead as Head
+    one-row level by its causal step: the same rows (a chain's tree mask is causal; cpu/decoder.py takes the causal
+    attention for it, TreeStep.causal), without the masked attention's cost; the output is still the target's."""
+    from minitorch.cpu import decoder as cpu_decoder
 
     target, head = pair
     want = generate(target, PROMPT, 30).tokens
-    seen, steps = [], []
+    masked = []
+    real = cpu_decoder.ff
 
-    class Spy:
-        def __init__(self, model):
-            self.model = model
-
+    class Spy:  # the fused kernels, the attention ones noting whether they were given a mask
         def __getattr__(self, name):
-            return getattr(self.model, name)
+            fn = getattr(real, name)
+            if not name.startswith("attention_"):
+                return fn
 
-        def __call__(self, tokens, cache, **kw):
-            seen.append(kw.get("parents"))
-            return self.model(tokens, cache, **kw)
+            def attention(*a):
+                masked.append(a[-2] is not real.NO_MASK)
+                return fn(*a)
+            return attention
 
-    real = Head.draft_step
-
-    def step(self, *a, tree=None):
-        steps.append(tree)
-        return real(self, *a, tree=tree)
-
-    monkeypatch.setattr(Head, "draft_step", step)
-    d = HeadDrafter(head, target)
-    res = td.tree_speculative_generate(Spy(target), d, PROMPT, 30, top_k=1, depth=3, budget=3)
+    monkeypatch.setattr(cpu_decoder, "ff", Spy())
+    res = td.tree_speculative_generate(target, HeadDrafter(head, target), PROMPT, 30, top_k=1, depth=3, budget=3)
     assert res.tokens == want
-    assert len(seen) > 1 and all(p is None for p in seen[1:])  # every round's verify (the prefill's call first)
-    assert steps and all(t is None for t in steps)
-    seen.clear(), steps.clear()
-    res = td.tree_speculative_generate(Spy(target), HeadDrafter(head, target), PROMPT, 30, top_k=2, depth=3, budget=6)
-    assert res.tokens == want and any(p is not None for p in seen) and any(t is not None for t in steps)
+    assert masked and not any(masked)  # the target's verifies and the head's levels alike
+    masked.clear()
+    res = td.tree_speculative_generate(target, HeadDrafter(head, target), PROMPT, 30, top_k=2, depth=3, budget=6)
+    assert res.tokens == want and any(masked) and not all(masked)

@@ -111,3 +111,15 @@ def test_keep_path_refuses_rows_out_of_order(model):
     _, cache, start = tree_rows(model, TREE)
     with pytest.raises(ValueError):
         keep_path(cache, start, [0, 5, 2])
+
+
+def test_a_chain_shaped_step_is_causal_and_a_branching_one_is_not():
+    """TreeStep.causal (cpu/decoder.py then runs the plain causal attention): a chain after any cache, a single row,
+    a head's later level whose row sees the earlier levels' rows; not a branch, a row that skips a slot, or a row
+    at a position other than the next."""
+    TreeStep = tree_step.TreeStep
+    assert tree_layout([-1, 0, 1, 2], 7).causal(7) and tree_layout([-1], 0).causal(0)
+    assert not tree_layout([-1, 0, 0], 7).causal(7) and not tree_layout([-1, -1], 7).causal(7)
+    assert TreeStep(np.array([9]), np.ones((1, 3), np.uint8), 7).causal(9)  # a level after two earlier rows
+    assert not TreeStep(np.array([9]), np.array([[1, 0, 1]], np.uint8), 7).causal(9)  # not seeing a sibling
+    assert not TreeStep(np.array([8]), np.ones((1, 3), np.uint8), 7).causal(9)  # a sibling's position

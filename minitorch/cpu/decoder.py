@@ -117,14 +117,14 @@ def decoder_forward(stack: DecoderStack, *, parallel_attention_work: int, ids: O
         bad = ff.embedding_rows(x.reshape(-1), w.reshape(-1), ids, t, w.shape[0], w.shape[1])
         if bad >= 0:
             raise ValueError(f"embedding: id {int(ids[bad])} out of range for {w.shape[0]} rows")
-    if tree is None:
+    if tree is not None and (tree.positions.shape != (t,) or tree.mask.shape != (t, start + t - tree.mask_from)):
+        raise ValueError(f"a tree step of {t} rows after {start} cached needs positions ({t},) and a mask "
+                         f"({t}, {start + t - tree.mask_from}), got {tree.positions.shape}, {tree.mask.shape}")
+    if tree is None or tree.causal(start):  # a chain-shaped tree (a chain round, a plain step) is a causal step
         cos = np.ascontiguousarray(stack.cos_table.to_numpy()[start:start + t])
         sin = np.ascontiguousarray(stack.sin_table.to_numpy()[start:start + t])
         mask, mask_from = ff.NO_MASK, 0
     else:
-        if tree.positions.shape != (t,) or tree.mask.shape != (t, start + t - tree.mask_from):
-            raise ValueError(f"a tree step of {t} rows after {start} cached needs positions ({t},) and a mask "
-                             f"({t}, {start + t - tree.mask_from}), got {tree.positions.shape}, {tree.mask.shape}")
         mask, mask_from = tree.mask, int(tree.mask_from)
         cos = np.ascontiguousarray(stack.cos_table.to_numpy()[tree.positions])
         sin = np.ascontiguousarray(stack.sin_table.to_numpy()[tree.positions])

@@ -16,10 +16,10 @@ The tree is the chain with alternatives at its shallow depths ("a chain with lea
 chain tokens and up to top_k - 1 alternatives a depth, depth 1 first. An alternative is a leaf: when the chain's token
 at depth d is rejected and the target's own token is one of the head's next choices there, the round keeps it and the
 target's token after it (the leaf's row gives that), one token more than the chain. A tree of T = 1 + budget rows is
-one verify step of T rows: the tensor-core GEMV takes up to 16 tokens a pass, so T <= 16 (TREE_MAX_ROWS); what such a
-step costs against a chain's, measured on one H100 (docs/RESULTS.md): 13 rows 1.48 decode steps, 9 rows 1.34, the
-chain's 5 rows 1.14, so the tree's extra tokens (tau 3.00 against 2.68 on GSM8K) do not pay for its rows. The head drafts no branch of its own (no tree attention
-in the head): the alternatives come free from the distributions it computes for the chain.
+one verify step of T rows: the tensor-core GEMV takes up to 16 tokens a pass, so T <= 16 (TREE_MAX_ROWS). On one H100
+(docs/RESULTS.md) a verify cost 1.47-1.59 decode steps at 13 rows, 1.33-1.39 at 9 and the chain's 1.14-1.20 at 5, so
+the tree's extra tokens (tau 3.00 against 2.68 on GSM8K) did not pay for its rows. The head drafts no branch of its
+own (no tree attention in the head): the alternatives come free from the distributions it computes for the chain.
 
 Exact by construction: each row is built to get a decode step's logits at its position after its own path
 (CudaDecoder.tree_step), and the walk emits the target's argmax at every step, so the output is the target alone's.

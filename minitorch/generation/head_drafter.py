@@ -182,10 +182,9 @@ class HeadDrafter:
                     mask[r, start - base + r] = 1
                     positions[r] = n - 2 + len(p)
                 parent_g = np.stack([fed[p[:-1]][0] for p in new])[None]
-                chain = t_len == 1 and bool(mask.all())  # one row seeing every row before it: a causal step
                 gs, logits = self.head.draft_step(from_numpy(parent_g, backend=self.head.backend),
                                                   self._embed([p[-1] for p in new]), self.cache, self._lm, n_head,
-                                                  tree=None if chain else TreeStep(positions, mask, base))
+                                                  tree=TreeStep(positions, mask, base))
                 self.forwards += 1
                 gs, logits = gs.to_numpy()[0], logits_rows(logits, n_head)
                 for r, p in enumerate(new):

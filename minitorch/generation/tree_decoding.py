@@ -130,17 +130,14 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
                 chains += 1
             with timer("draft"):
                 f0 = drafter.forwards
-                n_max = budget if k > 1 else min(budget, depth)
-                tree = full = (drafter.propose_tree(context, k, depth, n_max) if gate is None else
-                               drafter.propose_tree(context, k, depth, n_max, extend=gate.extend))
+                tree = full = drafter.propose_tree(context, k, depth, budget,
+                                                   extend=gate.extend if gate is not None else None)
                 if gate is not None:  # keep the nodes whose chance pays their row
                     tree = full.pruned(lambda i: gate.include(full.depth(i), float(np.exp(full.scores[i]))))
                 st.draft_forwards += drafter.forwards - f0
         start = cache.length
         with timer("verify"):
-            parents = step_parents(tree)  # a chain's rows (a plain step's one) see every row before them: causal
-            logits, feats = target([context[-1], *tree.tokens], cache, return_hidden=True,
-                                   parents=None if parents == list(range(-1, len(parents) - 1)) else parents)
+            logits, feats = target([context[-1], *tree.tokens], cache, parents=step_parents(tree), return_hidden=True)
             best = greedy_tokens(logits_rows(logits, vocab))
         with timer("sample"):
             accepted, nxt = accept_tree_greedy(tree, int(best[0]), [int(b) for b in best[1:]])

@@ -29,6 +29,13 @@ class TreeStep:
     mask: np.ndarray  # (T, W) uint8
     mask_from: int
 
+    def causal(self, start: int) -> bool:
+        """Whether this step, after `start` cached slots, is a plain causal one (a chain, or one row seeing every slot
+        before it): each row at the next position, seeing the whole cache and the rows before it."""
+        t, seen = len(self.positions), start - self.mask_from
+        return (np.array_equal(self.positions, np.arange(start, start + t)) and bool(self.mask[:, :seen].all())
+                and np.array_equal(self.mask[:, seen:], np.tril(np.ones((t, t), np.uint8))))
+
 
 def tree_layout(parents: Sequence[int], start: int) -> TreeStep:
     """The TreeStep of rows under `parents` after `start` cached positions (mask_from = start, mask (T, T))."""
