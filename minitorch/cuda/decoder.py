@@ -71,6 +71,17 @@ def resolve_gemv(gemv: str) -> str:
     tc = tensor_cores_supported()
     return ("tc" if tc else "ours") if gemv == "auto" else ("ourstc" if tc else "ours")
 GEMV_TOKENS = {"ours": 16, "ours1": 1, "tc": 16, "ourstc": 16}  # steps of at most this many tokens run our GEMV
+TC_TILE_NAMES = {1: "", 2: "w", 4: "x"}  # weight tiles of 8 rows a block -> kernels/gemv.cu gemvtc{8,16}{..}_* suffix
+
+
+def tc_tiles(M: int, N: int, K: int) -> int:
+    """Weight tiles of 8 rows a block (1, 2 or 4) of the tensor-core product of M tokens, N rows of K inputs. Every
+    block reads all M tokens' inputs beside its rows, so more rows a block read fewer input bytes (M / (8 tiles) a
+    weight byte, through L2) in fewer blocks: two tiles for many output rows. The tiles change no bit (kernels/gemv.cu
+    gemv_tc_body, tests/test_cuda_gemv_tokens.py)."""
+    return 2 if N > WIDE_ROWS else 1
+
+
 QKV_NORM_MAX_HIDDEN = 2048  # up to this hidden size the CUDA-core QKV GEMV normalises its own input
 _NORMED = object()  # "xn already holds the normalised residual" (a resnorm GEMV's epilogue wrote it)
 
@@ -377,8 +388,8 @@ class CudaDecoder:
         if self._tc(M):  # one kernel for 1..8 tokens (decode and verify alike), one for 9..16
             if mode not in ("", "_gusilu", "_resnorm", "_qkvrope"):
                 raise ValueError(f"no tensor-core GEMV for mode {mode!r}")
-            wide = N > WIDE_ROWS  # two weight tiles per set of token loads, 16 rows a block (gemvtc*w); same bits
-            return f"gemvtc{8 if M <= 8 else 16}{'w' if wide else ''}{mode}_bf16", 16 if wide else 8
+            nt = tc_tiles(M, N, K)
+            return f"gemvtc{8 if M <= 8 else 16}{TC_TILE_NAMES[nt]}{mode}_bf16", 8 * nt
         tm = 1 if M == 1 else 4 if M <= 4 else 5 if M == 5 else 8 if M <= 8 else 16
         if tm == 1 and N > WIDE_ROWS and K <= 2048 and mode in ("", "_gusilu"):  # wide products with short rows
             return f"gemv1r8{mode}_bf16", 8
@@ -484,7 +495,7 @@ class CudaDecoder:
         if mode == "_qkvrope" and delta is not _NORMED:
             self._norm(delta, lw["ln1"], T)
         x, w = (self.resid if mode == "_norm_qkvrope" else self.xn), lw["qkv"]
-        name, rows = self._kname(T, H3 * D, mode)
+        name, rows = self._kname(T, H3 * D, mode, H)
         norm_args = (lw["ln1"], np.float32(self.eps)) if mode == "_norm_qkvrope" else ()
         if plan.tree is not None:  # a tree's rows: rotated at their depths, cached at their rows (tree_step)
             k.launch(name.replace("_qkvrope_bf16", "_qkvrope_tree_bf16"), (math.ceil(H3 * D / rows),), (256,),
