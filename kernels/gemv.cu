@@ -257,11 +257,11 @@ __device__ __forceinline__ void gemv_epilogue(float (*red)[ROWS * TMAX], int n0,
                                               float eps, unsigned int* counter, const RopeArgs& ra,
                                               float eb1, float eb2, int epos, float rold) {
   const int tid = threadIdx.x;
-  if constexpr (OUT == OUT_QKVROPE || OUT == OUT_QKVROPE_TREE) {
+  if (OUT == OUT_QKVROPE || OUT == OUT_QKVROPE_TREE) {
     // rows n0 + 2p, n0 + 2p + 1 = elements i, i + D/2 of head h (permuted rows): bias, rotate, write
     // q / the K cache / the V cache, exactly as qkv_rope_append_il_bf16 does from the bf16 product
-    for (int e = tid; e < (ROWS / 2) * TMAX; e += GEMV_THREADS) {  // once, but for 32 rows of 16 tokens
-      const int p = e / TMAX, t = e % TMAX, n = n0 + 2 * p;
+    if (tid < (ROWS / 2) * TMAX) {
+      const int p = tid / TMAX, t = tid % TMAX, n = n0 + 2 * p;
       if (n < N && t < T) {  // N = H3 * D, D even: row n + 1 exists too
         float x1 = 0.f, x2 = 0.f;
 #pragma unroll
@@ -291,10 +291,12 @@ __device__ __forceinline__ void gemv_epilogue(float (*red)[ROWS * TMAX], int n0,
         }
       }
     }
-  } else if constexpr (OUT == OUT_GUSILU) {
+    return;
+  }
+  if (OUT == OUT_GUSILU) {
     // rows n0 + 2p (gate) and n0 + 2p + 1 (up) -> column (n0 / 2) + p of the SwiGLU product
-    for (int e = tid; e < (ROWS / 2) * TMAX; e += GEMV_THREADS) {
-      const int p = e / TMAX, t = e % TMAX, n = n0 + 2 * p;
+    if (tid < (ROWS / 2) * TMAX) {
+      const int p = tid / TMAX, t = tid % TMAX, n = n0 + 2 * p;
       if (n < N && t < T) {  // N even: row n + 1 exists too
         float g = 0.f, u = 0.f;
 #pragma unroll
@@ -306,32 +308,32 @@ __device__ __forceinline__ void gemv_epilogue(float (*red)[ROWS * TMAX], int n0,
         yb[(i64)t * (N >> 1) + (n >> 1)] = from_f<bf16_t>(g / (1.f + __expf(-g)) * u);
       }
     }
-  } else {
-    for (int e = tid; e < ROWS * TMAX; e += GEMV_THREADS) {  // once, but for 32 rows of 16 tokens
-      const int r = e / TMAX, t = e % TMAX, n = n0 + r;
-      if (n < N && t < T) {
-        float s = 0.f;
+    return;
+  }
+  if (tid < ROWS * TMAX) {
+    const int r = tid / TMAX, t = tid % TMAX, n = n0 + r;
+    if (n < N && t < T) {
+      float s = 0.f;
 #pragma unroll
-        for (int w = 0; w < GEMV_THREADS / 32; ++w) s += red[w][e];
-        i64 o = (i64)t * N + n;
-        if (OUT == OUT_RESNORM || resid) resid[o] = (EE ? rold : resid[o]) + s;  // EE: one output a thread, e == tid
-        else if (yf) yf[o] = s;
-        else yb[o] = from_f<bf16_t>(s);
-      }
+      for (int w = 0; w < GEMV_THREADS / 32; ++w) s += red[w][tid];
+      i64 o = (i64)t * N + n;
+      if (OUT == OUT_RESNORM || resid) resid[o] = (EE ? rold : resid[o]) + s;
+      else if (yf) yf[o] = s;
+      else yb[o] = from_f<bf16_t>(s);
     }
-    if (OUT == OUT_RESNORM) {
-      // grid-wide ticket: the last block to finish normalises the (now complete) residual rows
-      __shared__ int s_last;
-      __threadfence();  // this block's resid writes, visible device-wide before its ticket
-      __syncthreads();
-      if (tid == 0) s_last = atomicAdd(counter, 1u) == gridDim.x - 1;
-      __syncthreads();
-      if (!s_last) return;
-      __threadfence();
-      for (int t = 0; t < T; ++t)  // `red` as a flat buffer: 8 * ROWS * TMAX >= 8 floats
-        resnorm_row(resid + (i64)t * N, nw, yb + (i64)t * N, N, eps, &red[0][0]);
-      if (tid == 0) *counter = 0u;  // ready for the next launch (which waits for this grid to finish)
-    }
+  }
+  if (OUT == OUT_RESNORM) {
+    // grid-wide ticket: the last block to finish normalises the (now complete) residual rows
+    __shared__ int s_last;
+    __threadfence();  // this block's resid writes, visible device-wide before its ticket
+    __syncthreads();
+    if (tid == 0) s_last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int t = 0; t < T; ++t)  // `red` as a flat buffer: 8 * ROWS * TMAX >= 8 floats
+      resnorm_row(resid + (i64)t * N, nw, yb + (i64)t * N, N, eps, &red[0][0]);
+    if (tid == 0) *counter = 0u;  // ready for the next launch (which waits for this grid to finish)
   }
 }
 
@@ -530,10 +532,8 @@ __device__ void gemv_body(const void* __restrict__ W, const void* __restrict__ x
 // to zero; gemvtc16 loads them): every step of <= 16 tokens gives a token the bits a one-token step
 // gives it, the foundation of greedy speculative == greedy autoregressive in this mode. The 8 warps'
 // partial sums are then added in order by gemv_epilogue, like the CUDA-core kernels'.
-// NT: weight tiles of 8 rows a block (1: gemvtc{TT}_*, 8 rows; 2: gemvtc{TT}w_*, 16 rows; 4: gemvtc{TT}x_*, 32
-// rows): every block reads all T tokens' inputs beside its rows' weights, so a block of 8 NT rows reads T / (8 NT)
-// input bytes a weight byte (through L2: at T = 13 and 8 rows, 1.6 times the weights); more rows a block read
-// fewer, in fewer blocks (minitorch/cuda/decoder.py tc_tiles chooses). The
+// NT: weight tiles of 8 rows a block (1: gemvtc{TT}_*, 8 rows; 2: gemvtc{TT}w_*, 16 rows, for products
+// with many output rows: twice the weight bytes in flight per thread for one set of token loads). The
 // tiles' mma's are independent, so NT changes no bit; neither does U (chunks a warp loads per round:
 // the chunks are accumulated in the same order however they are grouped into loads). Only the split of
 // K over the 8 warps fixes the order. U per instantiation: GEMV_TC_INST's fourth argument. Each round also
@@ -852,8 +852,6 @@ GEMV_TC_INST(gemvtc8, 8, 1, 4, 2)
 GEMV_TC_INST(gemvtc8w, 8, 2, 4, 2)
 GEMV_TC_INST(gemvtc16, 16, 1, 4, 2)
 GEMV_TC_INST(gemvtc16w, 16, 2, 2, 2)
-GEMV_TC_INST(gemvtc8x, 8, 4, 1, 2)
-GEMV_TC_INST(gemvtc16x, 16, 4, 1, 2)
 // a draft tree's verify step (minitorch/cuda/decoder.py CudaDecoder.tree_step): the QKV kernel above with token t
 // rotated at position *pos + depth[t] (its depth in the tree) and cached at row *pos + t; the same products and
 // rounding as a decode step's at that position (tests/test_cuda_tree.py checks the rows; they pass on an H100)
@@ -869,8 +867,6 @@ GEMV_TC_TREE_INST(gemvtc8, 8, 1, 4, 2)
 GEMV_TC_TREE_INST(gemvtc8w, 8, 2, 4, 2)
 GEMV_TC_TREE_INST(gemvtc16, 16, 1, 4, 2)
 GEMV_TC_TREE_INST(gemvtc16w, 16, 2, 2, 2)
-GEMV_TC_TREE_INST(gemvtc8x, 8, 4, 1, 2)
-GEMV_TC_TREE_INST(gemvtc16x, 16, 4, 1, 2)
 // Batched tensor-core products (minitorch/cuda/batch.py, BatchDecoder): T tokens of up to T different sequences,
 // in tiles of 16. Grid (ceil(T / 16), ceil(N / ROWS)): blockIdx.x is the token tile, the fastest-varying index, so
 // the tiles that read one weight tile are scheduled together and all but the first find it in L2 (the weights

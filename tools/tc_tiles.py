@@ -26,10 +26,7 @@ RULES = {  # (M tokens, N rows, K inputs) -> weight tiles of 8 rows a block
     "default": decmod.tc_tiles,  # this tree's
     "w_over8": lambda M, N, K: 2 if N > WIDE_ROWS or M > 8 else 1,
     "w_from5": lambda M, N, K: 2 if N > WIDE_ROWS or M >= 5 else 1,
-    "x_over8": lambda M, N, K: 4 if M > 8 else 2 if N > WIDE_ROWS else 1,
-    "x_over8_longK": lambda M, N, K: 4 if M > 8 and K > 4096 else 2 if N > WIDE_ROWS or M > 8 else 1,
-    "x_from5": lambda M, N, K: 4 if M >= 5 else 2 if N > WIDE_ROWS else 1,
-}
+}  # 4 tiles (32 rows a block, gemvtc*x) were slower still: they lived in commit 06e8c58 (docs/results/h100_tc_tiles/)
 
 
 def main() -> int:

@@ -71,14 +71,15 @@ def resolve_gemv(gemv: str) -> str:
     tc = tensor_cores_supported()
     return ("tc" if tc else "ours") if gemv == "auto" else ("ourstc" if tc else "ours")
 GEMV_TOKENS = {"ours": 16, "ours1": 1, "tc": 16, "ourstc": 16}  # steps of at most this many tokens run our GEMV
-TC_TILE_NAMES = {1: "", 2: "w", 4: "x"}  # weight tiles of 8 rows a block -> kernels/gemv.cu gemvtc{8,16}{..}_* suffix
+TC_TILE_NAMES = {1: "", 2: "w"}  # weight tiles of 8 rows a block -> kernels/gemv.cu gemvtc{8,16}{..}_* suffix
 
 
 def tc_tiles(M: int, N: int, K: int) -> int:
-    """Weight tiles of 8 rows a block (1, 2 or 4) of the tensor-core product of M tokens, N rows of K inputs. Every
-    block reads all M tokens' inputs beside its rows, so more rows a block read fewer input bytes (M / (8 tiles) a
-    weight byte, through L2) in fewer blocks: two tiles for many output rows. The tiles change no bit (kernels/gemv.cu
-    gemv_tc_body, tests/test_cuda_gemv_tokens.py)."""
+    """Weight tiles of 8 rows a block (1 or 2) of the tensor-core product of M tokens, N rows of K inputs: two for
+    many output rows. Every block reads all M tokens' inputs beside its rows, so more rows a block would read fewer
+    input bytes (through L2), but in fewer blocks: on an H100, two or four tiles for every product of 9-16 tokens made
+    those steps 5-15% slower (docs/results/h100_tc_tiles/, tools/tc_tiles.py). The tiles change no bit
+    (kernels/gemv.cu gemv_tc_body, tests/test_cuda_gemv_tokens.py)."""
     return 2 if N > WIDE_ROWS else 1
 
 
