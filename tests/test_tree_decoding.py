@@ -73,9 +73,16 @@ def test_tree_decoding_with_the_head_equals_the_target_alone(pair, top_k, depth,
 
 
 class StatelessTreeDrafter:
-    """A tree drafter with no state of its own: the drafter protocol's start / observe / rollback do nothing."""
+    """A tree drafter with no state of its own: the drafter protocol's start / observe / rollback do nothing; its chain
+    (the draft budget's chain rounds) is the tree of its first choices, kept as the gate says, as a head's is."""
 
     forwards = 0
+
+    def propose(self, tokens, gamma, cfg, rng, gate=None):
+        tree = self.propose_tree(tokens, 1, gamma, gamma, extend=gate.extend if gate is not None else None)
+        if gate is not None:
+            tree = tree.pruned(lambda i: gate.include(tree.depth(i), float(np.exp(tree.scores[i]))))
+        return list(tree.tokens), None
 
     def start(self, prompt, max_len, vocab=None):
         pass
@@ -323,3 +330,37 @@ def test_chain_shaped_rounds_verify_and_draft_as_causal_steps(pair, monkeypatch)
     masked.clear()
     res = td.tree_speculative_generate(target, HeadDrafter(head, target), PROMPT, 30, top_k=2, depth=3, budget=6)
     assert res.tokens == want and any(masked) and not all(masked)
+
+
+def test_the_chain_rounds_of_gated_trees_are_the_chain_loops(pair, monkeypatch):
+    """With the draft budget, a round that takes the chain is speculative.py's (chain_round: the head's propose, a
+    causal verify): forced to the chain every round, the tree loop asks the head for chains only, never for a tree,
+    and drafts, accepts and emits what speculative_generate does with the same budget."""
+    from minitorch.generation.budget import CostBudget
+    from minitorch.generation.speculative import speculative_generate
+
+    class Always(CostBudget):  # every round drafts gamma, every draft kept
+        def choose(self, accepted, judged):
+            self.choices.append(self.gamma)
+            return self.gamma
+
+        def include(self, n, p):
+            return True
+
+        def extend(self, n, p):
+            return True
+
+    target, head = pair
+    monkeypatch.setattr(td.ShapeChoice, "tree", lambda self: False)
+    d, calls = HeadDrafter(head, target), []
+    for name in ("propose", "propose_tree"):
+        real = getattr(d, name)
+        setattr(d, name, lambda *a, _real=real, _name=name, **kw: calls.append(_name) or _real(*a, **kw))
+    res = td.tree_speculative_generate(target, d, PROMPT, 40, top_k=2, depth=3, budget=6, adaptive=Always(3, gated=True))
+    ref = speculative_generate(target, HeadDrafter(head, target), PROMPT, 40, gamma=3,
+                               adaptive_gamma=Always(3, gated=True))
+    assert res.tokens == ref.tokens == generate(target, PROMPT, 40).tokens
+    assert calls and set(calls) == {"propose"}
+    for key in ("rounds", "drafted", "accepted", "per_position_acceptance"):
+        assert res.stats[key] == ref.stats[key], key
+    assert res.stats["chain_rounds"] == res.stats["rounds"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -121,6 +121,49 @@ def prefill_first_token(target: Any, drafter: Any, prompt: list[int], cache: Any
     return out, done
 
 
+class Round(NamedTuple):
+    """What one round did: the tokens it emitted, whether the generation is done, the drafts it verified and how many
+    of them the target accepted."""
+    emitted: int
+    done: bool
+    drafted: int
+    accepted: int
+
+
+def chain_round(target: Any, drafter: Any, cache: Any, context: list[int], out: list[int], g: int,
+                cfg: SamplingConfig, rng: np.random.Generator, st: SpecStats, vocab: int, stops: set[int],
+                max_new_tokens: int, gate: CostBudget | None = None, wants_feats: bool = False) -> Round:
+    """One round (module docstring): up to g drafts (none: a plain target step), one verify, the accepted prefix and
+    the target's token emitted into out and context, both caches rolled back to the context. gate: a gated budget
+    the drafter asks before each draft. The tree loop (tree_decoding.py) runs its chain rounds through this too."""
+    drafts: list[int] = []
+    q = None
+    timer = st.timer
+    if g > 0:
+        with timer("draft"):
+            f0 = drafter.forwards
+            drafts, q = (drafter.propose(context, g, cfg, rng) if gate is None
+                         else drafter.propose(context, g, cfg, rng, gate=gate))
+            st.draft_forwards += drafter.forwards - f0
+    with timer("verify"):
+        rows, feats = verify(target, cache, context[-1], drafts, vocab, wants_feats)  # (g+1, V)
+    with timer("sample"):
+        if cfg.greedy:
+            n_acc, nxt = accept_greedy(greedy_tokens(rows), drafts)
+        else:
+            n_acc, nxt = accept_sampled(rows, drafts, q, cfg, rng)
+        n_emit, done = emit([*drafts[:n_acc], nxt], out, max_new_tokens, stops)
+        from_drafts = min(n_emit, n_acc)
+        st.record_round(len(drafts), n_acc, from_drafts, n_emit - from_drafts)
+        context.extend(out[len(out) - n_emit:])
+        if feats is not None:  # the verified positions [pending, accepted drafts] now in the context
+            drafter.observe(feats.narrow(1, 0, n_emit))
+        # roll both caches back to the emitted prefix (all context tokens but the pending one)
+        cache.truncate(len(context) - 1)
+        drafter.rollback(len(context) - 1)
+    return Round(n_emit, done, len(drafts), n_acc)
+
+
 @no_grad()  # inference: no autodiff history
 def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequence[int],
                          max_new_tokens: int, cfg: SamplingConfig | None = None,
@@ -151,7 +194,6 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     stops = set(int(s) for s in (stop_ids or ()))
     rng = cfg.make_rng()
     st = SpecStats()
-    timer = st.timer
     t0 = time.perf_counter()
     max_len = len(prompt) + max_new_tokens
     if cache is None:
@@ -172,37 +214,16 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
             before = st.costs()
         # never draft more than can be emitted: a round emits at most g + 1 tokens
         g = min(g_now, max_new_tokens - len(out) - 1)
-        drafts: list[int] = []
-        q = None
-        if g > 0:
-            with timer("draft"):
-                f0 = drafter.forwards
-                drafts, q = (drafter.propose(context, g, cfg, rng) if gate is None
-                             else drafter.propose(context, g, cfg, rng, gate=gate))
-                st.draft_forwards += drafter.forwards - f0
-                closed += not drafts
-        with timer("verify"):
-            rows, feats = verify(target, cache, context[-1], drafts, vocab, wants_feats)  # (g+1, V)
-        with timer("sample"):
-            if cfg.greedy:
-                n_acc, nxt = accept_greedy(greedy_tokens(rows), drafts)
-            else:
-                n_acc, nxt = accept_sampled(rows, drafts, q, cfg, rng)
-            n_emit, done = emit([*drafts[:n_acc], nxt], out, max_new_tokens, stops)
-            from_drafts = min(n_emit, n_acc)
-            st.record_round(len(drafts), n_acc, from_drafts, n_emit - from_drafts)
-            context.extend(out[len(out) - n_emit:])
-            if feats is not None:  # the verified positions [pending, accepted drafts] now in the context
-                drafter.observe(feats.narrow(1, 0, n_emit))
-            # roll both caches back to the emitted prefix (all context tokens but the pending one)
-            cache.truncate(len(context) - 1)
-            drafter.rollback(len(context) - 1)
+        r = chain_round(target, drafter, cache, context, out, g, cfg, rng, st, vocab, stops, max_new_tokens, gate,
+                        wants_feats)
+        done = r.done
+        closed += g > 0 and not r.drafted
         if budget is not None:
-            budget.record(len(drafts), *st.costs_since(before), n_emit)
+            budget.record(r.drafted, *st.costs_since(before), r.emitted)
         if on_tokens is not None:
-            on_tokens(out[len(out) - n_emit:])
+            on_tokens(out[len(out) - r.emitted:])
         if adaptive_gamma is True:
-            g_now = next_gamma(g_now, len(drafts), n_acc)
+            g_now = next_gamma(g_now, r.drafted, r.accepted)
     stats = st.as_dict(time.perf_counter() - t0)
     stats["gamma"] = gamma
     stats["adaptive_gamma"] = "cost" if budget is not None else adaptive_gamma

@@ -22,7 +22,9 @@ the chain's (GSM8K first 20: a 2,3,6 tree 1.06x, the gated chain 1.29x). So with
 drafts either the tree or the chain of the same depth (top_k 1), whichever has cost fewer seconds a token emitted in
 the run's rounds so far (ShapeChoice: each shape a few rounds first, then the cheaper one, the other now and then to
 see whether the text has changed its mind). Like the budget it looks only at finished rounds: the output stays the
-target's.
+target's. The chain's rounds and the plain steps are speculative.py's own (chain_round: the head's causal draft steps,
+a causal verify, the caches cut back), so the rounds that take the chain cost what the chain loop's do (before, as
+chain-shaped trees, their head steps and cache moves had cost more: docs/results/cpu_zen3_tree_choice/).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from .. import no_grad
 from ..models.tree_step import keep_path
 from .autoregressive import TokenCallback, check_request, emit
 from .budget import CostBudget
-from .speculative import prefill_first_token
+from .speculative import Round, chain_round, prefill_first_token
 from .sampling import SamplingConfig, greedy_tokens, logits_rows
 from .stats import GenerationResult, SpecStats
 from .tree import DraftTree, accept_tree_greedy, check_tree_request
@@ -90,6 +92,38 @@ def step_parents(tree: DraftTree) -> list[int]:
     return [-1] + [p + 1 for p in tree.parents]
 
 
+def tree_round(target: Any, drafter: Any, cache: Any, context: list[int], out: list[int], top_k: int, depth: int,
+               budget: int, st: SpecStats, vocab: int, stops: set[int], max_new_tokens: int,
+               gate: CostBudget | None) -> Round:
+    """One round of a tree (top_k 0: none, a plain target step): drafted (pruned by the gate's include, grown by its
+    extend), verified in one target step, the longest accepted path emitted and kept in both caches."""
+    timer = st.timer
+    tree = DraftTree()
+    if top_k:
+        with timer("draft"):
+            f0 = drafter.forwards
+            tree = full = drafter.propose_tree(context, top_k, depth, budget,
+                                               extend=gate.extend if gate is not None else None)
+            if gate is not None:  # keep the nodes whose chance pays their row
+                tree = full.pruned(lambda i: gate.include(full.depth(i), float(np.exp(full.scores[i]))))
+            st.draft_forwards += drafter.forwards - f0
+    start = cache.length
+    with timer("verify"):
+        logits, feats = target([context[-1], *tree.tokens], cache, parents=step_parents(tree), return_hidden=True)
+        best = greedy_tokens(logits_rows(logits, vocab))
+    with timer("sample"):
+        accepted, nxt = accept_tree_greedy(tree, int(best[0]), [int(b) for b in best[1:]])
+        n_emit, done = emit([*(tree.tokens[i] for i in accepted), nxt], out, max_new_tokens, stops)
+        from_drafts = min(n_emit, len(accepted))
+        st.record_round(len(tree), len(accepted), from_drafts, n_emit - from_drafts)
+        context.extend(out[len(out) - n_emit:])
+        rows = [0, *(i + 1 for i in accepted)][:n_emit]  # the pending token and the emitted nodes' rows
+        keep_path(cache, start, rows)
+        drafter.observe(np.ascontiguousarray(feats.to_numpy()[0][rows]))
+        drafter.rollback(len(context) - 1)
+    return Round(n_emit, done, len(tree), len(accepted))
+
+
 @no_grad()  # inference: no autodiff history
 def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[int], max_new_tokens: int,
                               top_k: int = 4, depth: int = 4, budget: int = 8, cfg: SamplingConfig | None = None,
@@ -97,20 +131,21 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
                               on_tokens: TokenCallback | None = None,
                               adaptive: bool | str | CostBudget = False) -> GenerationResult:
     """Greedy generation with a draft tree a round (top_k children a node, depth levels, the budget best nodes kept);
-    drafter: a HeadDrafter (propose_tree, observe). adaptive "cost" (or a gated CostBudget): the gate prunes each
-    tree and decides whether a round drafts (module docstring). The stats are speculative_generate's, with a tree's
+    drafter: a HeadDrafter (propose_tree, observe; with the budget also propose, for the chain's rounds). adaptive
+    "cost" (or a gated CostBudget): the gate prunes each tree and decides whether a round drafts (module docstring);
+    its chain rounds and plain steps are speculative.py's (chain_round). The stats are speculative_generate's, with a tree's
     nodes as its drafts (alpha: accepted nodes over nodes) and per_round_nodes / tree (top_k, depth, budget) and, with
     the budget, plain_rounds and chain_rounds (drafting rounds that drafted the chain: ShapeChoice) added."""
     cfg = cfg or SamplingConfig()
     check_tree_request(cfg.greedy, top_k, depth, budget, "speculative_generate")
-    if not hasattr(drafter, "propose_tree"):
-        raise ValueError("a draft tree needs a drafter with propose_tree (a draft head)")
+    if not hasattr(drafter, "propose_tree") or (adaptive and not hasattr(drafter, "propose")):
+        raise ValueError("a draft tree needs a drafter with propose_tree (a draft head), and with the draft budget "
+                         "propose too (its chain rounds)")
     prompt = [int(t) for t in prompt_ids]
     check_request(target, prompt, max_new_tokens)
     vocab = int(vocab_size or target.config.vocab_size)
     stops = set(int(s) for s in (stop_ids or ()))
     st = SpecStats()
-    timer = st.timer
     t0 = time.perf_counter()
     max_len = len(prompt) + max_new_tokens
     cache = target.new_cache(max_len + budget + 1)  # a round writes budget + 1 rows before it keeps its path
@@ -120,43 +155,30 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
     gate = adaptive if isinstance(adaptive, CostBudget) else (
         CostBudget(depth, gated=True) if adaptive == "cost" else None)
     shape = ShapeChoice() if gate is not None and top_k > 1 else None
+    rng = cfg.make_rng()  # greedy: the chain rounds' drafter never draws from it
     context, nodes, chains = prompt + out, [], 0
     while not done:
         before = st.costs()
-        tree, k = DraftTree(), 0
+        k = 0
         if gate is None or gate.choose(st.position_accepted, st.position_judged):
             k = top_k if shape is None or shape.tree() else 1
-            if shape is not None and k == 1:
-                chains += 1
-            with timer("draft"):
-                f0 = drafter.forwards
-                tree = full = drafter.propose_tree(context, k, depth, budget,
-                                                   extend=gate.extend if gate is not None else None)
-                if gate is not None:  # keep the nodes whose chance pays their row
-                    tree = full.pruned(lambda i: gate.include(full.depth(i), float(np.exp(full.scores[i]))))
-                st.draft_forwards += drafter.forwards - f0
-        start = cache.length
-        with timer("verify"):
-            logits, feats = target([context[-1], *tree.tokens], cache, parents=step_parents(tree), return_hidden=True)
-            best = greedy_tokens(logits_rows(logits, vocab))
-        with timer("sample"):
-            accepted, nxt = accept_tree_greedy(tree, int(best[0]), [int(b) for b in best[1:]])
-            n_emit, done = emit([*(tree.tokens[i] for i in accepted), nxt], out, max_new_tokens, stops)
-            from_drafts = min(n_emit, len(accepted))
-            st.record_round(len(tree), len(accepted), from_drafts, n_emit - from_drafts)
-            nodes.append(len(tree))
-            context.extend(out[len(out) - n_emit:])
-            rows = [0, *(i + 1 for i in accepted)][:n_emit]  # the pending token and the emitted nodes' rows
-            keep_path(cache, start, rows)
-            drafter.observe(np.ascontiguousarray(feats.to_numpy()[0][rows]))
-            drafter.rollback(len(context) - 1)
+        if gate is not None and k <= 1:  # the chain's round or a plain step, as speculative_generate runs them
+            chains += k
+            g = min(depth * k, max_new_tokens - len(out) - 1)  # never more than can be emitted, as speculative.py
+            r = chain_round(target, drafter, cache, context, out, g, cfg, rng, st, vocab, stops, max_new_tokens, gate,
+                            wants_feats=True)
+        else:
+            r = tree_round(target, drafter, cache, context, out, k, depth, budget, st, vocab, stops, max_new_tokens,
+                           gate)
+        done = r.done
+        nodes.append(r.drafted)
         if gate is not None:
             forwards, t_draft, t_verify = st.costs_since(before)
-            gate.record(len(tree), forwards, t_draft, t_verify, n_emit)
+            gate.record(r.drafted, forwards, t_draft, t_verify, r.emitted)
             if shape is not None and k:
-                shape.record(k > 1, t_draft + t_verify, n_emit)
+                shape.record(k > 1, t_draft + t_verify, r.emitted)
         if on_tokens is not None:
-            on_tokens(out[len(out) - n_emit:])
+            on_tokens(out[len(out) - r.emitted:])
     stats = st.as_dict(time.perf_counter() - t0)
     stats.update(tree=[top_k, depth, budget], per_round_nodes=nodes)
     if gate is not None:
