@@ -18,12 +18,14 @@ a round drafts at all only while drafting rounds have saved time, else plain ste
 tree is the gated chain.
 
 A tree is not always worth its price: on a 2-core Zen 3 its top_k-row head steps and wider verifies saved less than
-the chain's (GSM8K first 20: a 2,3,6 tree 1.06x, the gated chain 1.29x). So with the draft budget each drafting round
-drafts either the tree or the chain of the same depth (top_k 1), whichever has cost fewer seconds a token emitted in
-the run's rounds so far (ShapeChoice: each shape a few rounds first, then the cheaper one, the other now and then to
-see whether the text has changed its mind). Like the budget it looks only at finished rounds: the output stays the
-target's. The chain's rounds and the plain steps are speculative.py's own (chain_round: the head's causal draft steps,
-a causal verify, the caches cut back), so the rounds that take the chain cost what the chain loop's do (before, as
+the chain's (GSM8K first 20: a 2,3,6 tree 1.06x, the gated chain 1.29x). So with the draft budget each round is in
+the charge of one shape, the tree or the chain of the same depth (top_k 1), whichever has cost fewer seconds a token
+emitted in its rounds so far (ShapeChoice: each shape a few rounds first, then the cheaper one, the other now and then
+to see whether the text has changed its mind). Each shape has its own gate, which prices only its rounds and may make
+them plain steps; a shape's seconds a token count those plain steps too (one gate over both let the trees' dearer
+rounds send the chain's plain). Like the budget it looks only at finished rounds: the output stays the target's. The
+chain's rounds and the plain steps are speculative.py's own (chain_round: the head's causal draft steps, a causal
+verify, the caches cut back), so the rounds that take the chain cost what the chain loop's do (before, as
 chain-shaped trees, their head steps and cache moves had cost more: docs/results/cpu_zen3_tree_choice/).
 """
 from __future__ import annotations
@@ -155,34 +157,37 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
     gate = adaptive if isinstance(adaptive, CostBudget) else (
         CostBudget(depth, gated=True) if adaptive == "cost" else None)
     shape = ShapeChoice() if gate is not None and top_k > 1 else None
+    # a gate a shape: each prices only its own rounds (one over both went plain where the chain would have drafted)
+    gates = {True: gate, False: gate if shape is None else type(gate)(depth, gated=True)}
     rng = cfg.make_rng()  # greedy: the chain rounds' drafter never draws from it
     context, nodes, chains = prompt + out, [], 0
     while not done:
         before = st.costs()
-        k = 0
-        if gate is None or gate.choose(st.position_accepted, st.position_judged):
-            k = top_k if shape is None or shape.tree() else 1
-        if gate is not None and k <= 1:  # the chain's round or a plain step, as speculative_generate runs them
+        k, as_tree = 0, shape is None or shape.tree()
+        now = gates[as_tree and top_k > 1]  # the gate of the shape in charge (None: no budget)
+        if now is None or now.choose(st.position_accepted, st.position_judged):
+            k = top_k if as_tree else 1
+        if now is not None and k <= 1:  # the chain's round or a plain step, as speculative_generate runs them
             chains += k
             g = min(depth * k, max_new_tokens - len(out) - 1)  # never more than can be emitted, as speculative.py
-            r = chain_round(target, drafter, cache, context, out, g, cfg, rng, st, vocab, stops, max_new_tokens, gate,
+            r = chain_round(target, drafter, cache, context, out, g, cfg, rng, st, vocab, stops, max_new_tokens, now,
                             wants_feats=True)
         else:
             r = tree_round(target, drafter, cache, context, out, k, depth, budget, st, vocab, stops, max_new_tokens,
-                           gate)
+                           now)
         done = r.done
         nodes.append(r.drafted)
-        if gate is not None:
+        if now is not None:
             forwards, t_draft, t_verify = st.costs_since(before)
-            gate.record(r.drafted, forwards, t_draft, t_verify, r.emitted)
-            if shape is not None and k:
-                shape.record(k > 1, t_draft + t_verify, r.emitted)
+            now.record(r.drafted, forwards, t_draft, t_verify, r.emitted)
+            if shape is not None:  # the round under the shape in charge, its gate's plain steps too
+                shape.record(as_tree, t_draft + t_verify, r.emitted)
         if on_tokens is not None:
             on_tokens(out[len(out) - r.emitted:])
     stats = st.as_dict(time.perf_counter() - t0)
     stats.update(tree=[top_k, depth, budget], per_round_nodes=nodes)
     if gate is not None:
-        stats["plain_rounds"] = gate.choices.count(0)
+        stats["plain_rounds"] = sum(g.choices.count(0) for g in {id(g): g for g in gates.values()}.values())
         stats["chain_rounds"] = chains
     stop_reason = "stop" if out and out[-1] in stops else "length"
     return GenerationResult(tokens=out, stop_reason=stop_reason, stats=stats)
