@@ -356,7 +356,8 @@ def test_the_chain_rounds_of_gated_trees_are_the_chain_loops(pair, monkeypatch):
     for name in ("propose", "propose_tree"):
         real = getattr(d, name)
         setattr(d, name, lambda *a, _real=real, _name=name, **kw: calls.append(_name) or _real(*a, **kw))
-    res = td.tree_speculative_generate(target, d, PROMPT, 40, top_k=2, depth=3, budget=6, adaptive=Always(3, gated=True))
+    res = td.tree_speculative_generate(target, d, PROMPT, 40, top_k=2, depth=3, budget=6,
+                                       adaptive=Always(3, gated=True))
     ref = speculative_generate(target, HeadDrafter(head, target), PROMPT, 40, gamma=3,
                                adaptive_gamma=Always(3, gated=True))
     assert res.tokens == ref.tokens == generate(target, PROMPT, 40).tokens

@@ -134,10 +134,11 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
                               adaptive: bool | str | CostBudget = False) -> GenerationResult:
     """Greedy generation with a draft tree a round (top_k children a node, depth levels, the budget best nodes kept);
     drafter: a HeadDrafter (propose_tree, observe; with the budget also propose, for the chain's rounds). adaptive
-    "cost" (or a gated CostBudget): the gate prunes each tree and decides whether a round drafts (module docstring);
-    its chain rounds and plain steps are speculative.py's (chain_round). The stats are speculative_generate's, with a tree's
-    nodes as its drafts (alpha: accepted nodes over nodes) and per_round_nodes / tree (top_k, depth, budget) and, with
-    the budget, plain_rounds and chain_rounds (drafting rounds that drafted the chain: ShapeChoice) added."""
+    "cost" (or a gated CostBudget, the tree's gate; the chain's is a new one of its class): the gates prune each tree
+    and decide whether a round drafts (module docstring); the chain rounds and plain steps are speculative.py's
+    (chain_round). The stats are speculative_generate's, with a tree's nodes as its drafts (alpha: accepted nodes over
+    nodes) and per_round_nodes / tree (top_k, depth, budget) and, with the budget, plain_rounds and chain_rounds
+    (drafting rounds that drafted the chain: ShapeChoice) added."""
     cfg = cfg or SamplingConfig()
     check_tree_request(cfg.greedy, top_k, depth, budget, "speculative_generate")
     if not hasattr(drafter, "propose_tree") or (adaptive and not hasattr(drafter, "propose")):
