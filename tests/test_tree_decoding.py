@@ -11,6 +11,7 @@ import pytest
 import minitorch
 from minitorch.generation import generate
 from minitorch.generation import tree_decoding as td
+from minitorch.generation.budget import CostBudget
 from minitorch.generation.head_drafter import HeadDrafter, top_logprobs
 from minitorch.generation.tree import build_tree
 from minitorch.models.draft_head import DraftHead, DraftHeadConfig
@@ -159,8 +160,6 @@ def test_gated_trees_equal_the_target_alone(pair, drafter):
 def test_the_gate_prunes_a_tree_to_the_nodes_whose_chance_pays_a_row(pair):
     """A gated budget whose rows cost 0.2 of a step (draft steps free) and that always drafts: every verified node's
     path probability under the drafter is at least 0.2, the output is the target's."""
-    from minitorch.generation.budget import CostBudget
-
     class Fixed(CostBudget):
         def choose(self, accepted, judged):
             self.choices.append(self.gamma)
@@ -217,6 +216,21 @@ def test_the_shape_choice_takes_the_cheaper_shape_and_rechecks_the_other():
     assert sum(turned[-26:]) == 24  # it has turned: the tree, and the chain once after every 12 of it
 
 
+class Always(CostBudget):
+    """A gated budget whose every round drafts, every node and draft kept (the gate's own pruning and growing are
+    tested apart)."""
+
+    def choose(self, accepted, judged):
+        self.choices.append(self.gamma)
+        return self.gamma
+
+    def include(self, n, p):
+        return True
+
+    def extend(self, n, p):
+        return True
+
+
 class Scripted(StatelessTreeDrafter):
     """A tree drafter that knows the target's greedy text and costs nothing of its own: its first choice at a round's
     first depth is wrong and its second right, its first choice deeper right. A chain (top_k 1) so emits one token a
@@ -243,19 +257,6 @@ def test_gated_trees_draft_whichever_shape_costs_less_a_token(pair, monkeypatch,
     drafting rounds, and the output is the target's. Broken: a choice that always drafts the tree is caught where the
     tree is the dear shape."""
     import time
-
-    from minitorch.generation.budget import CostBudget
-
-    class Always(CostBudget):  # every round drafts every node (the gate's own pruning and growing are tested above)
-        def choose(self, accepted, judged):
-            self.choices.append(self.gamma)
-            return self.gamma
-
-        def include(self, n, p):
-            return True
-
-        def extend(self, n, p):
-            return True
 
     if broken:
         monkeypatch.setattr(td.ShapeChoice, "tree", lambda self: True)
@@ -336,19 +337,7 @@ def test_the_chain_rounds_of_gated_trees_are_the_chain_loops(pair, monkeypatch):
     """With the draft budget, a round that takes the chain is speculative.py's (chain_round: the head's propose, a
     causal verify): forced to the chain every round, the tree loop asks the head for chains only, never for a tree,
     and drafts, accepts and emits what speculative_generate does with the same budget."""
-    from minitorch.generation.budget import CostBudget
     from minitorch.generation.speculative import speculative_generate
-
-    class Always(CostBudget):  # every round drafts gamma, every draft kept
-        def choose(self, accepted, judged):
-            self.choices.append(self.gamma)
-            return self.gamma
-
-        def include(self, n, p):
-            return True
-
-        def extend(self, n, p):
-            return True
 
     target, head = pair
     monkeypatch.setattr(td.ShapeChoice, "tree", lambda self: False)

@@ -15,8 +15,6 @@
 #                        engine)
 #   tc-tiles [ARGS]      tools/tc_tiles.py --profile 13: the target's steps of 1-16 tokens under several rules of the
 #                        tensor-core GEMV's weight tiles (decoder.py tc_tiles), interleaved, bits checked
-#   bench-tiles RULE...  the real pair (staged; carry .whl): GSM8K first BENCH_N (20) with the shipped head, the chain
-#                        (gamma 4) and the trees in TREES (default "2,4,8 3,4,12"), under each tools/tc_tiles.py RULE
 #
 # Benchmarks of the real pair (staged in /root/cache by the workplace staging tool, stage_weights.sh, run on the
 # developer machine: its header gives the calls, `join` rebuilds the GGUF files; carry .whl, the gguf and
@@ -172,18 +170,6 @@ ab-steps)
 tc-tiles)
   build
   PAT='"rule"|rc=|Error' TAILN=60 run tc_tiles 400 python3 tools/tc_tiles.py --profile 13 "$@"
-  ;;
-bench-tiles)
-  real_env
-  TB="--limit ${BENCH_N:-20} --backend cuda --no-plots --no-progress --drafter head"
-  for t in chain ${TREES:-2,4,8 3,4,12}; do
-    for rule in "$@"; do
-      shape=(--draft-tree "$t"); [ $t = chain ] && shape=(--gamma 4)
-      PAT=$PG TAILN=4 run gsm8k_${t//,/_}_$rule 150 python3 tools/tc_tiles.py run "$rule" project/benchmark_gsm8k.py $TB \
-          "${shape[@]}" -o "$OUT/gsm8k_${t//,/_}_$rule.jsonl"
-    done
-  done
-  pack bench_tiles.tgz "*.jsonl" "*.log"
   ;;
 bench-pair)
   real_env

@@ -5,15 +5,12 @@ process, the rules interleaved in REPS rounds (the machine's state drifts; the m
 Each rule's T-token step logits are checked against the first rule's, bit for bit (the tiles change no bit).
 
     python tools/tc_tiles.py [--rows 1 5 8 9 13 16] [--reps 3] [--profile 13]    (tools/gpu.sh tc-tiles)
-    python tools/tc_tiles.py run RULE PROGRAM [ARGS]   (PROGRAM, e.g. project/benchmark_gsm8k.py, under RULE)
 
 One JSON line per rule and row count: ms a step, and its cost in one-token steps of the first rule; with
 --profile T, each rule's GPU microseconds per product at T tokens (eager, events around each launch)."""
 import argparse
 import json
-import runpy
 import statistics
-import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -30,12 +27,6 @@ RULES = {  # (M tokens, N rows, K inputs) -> weight tiles of 8 rows a block
 
 
 def main() -> int:
-    if sys.argv[1:2] == ["run"]:  # run RULE PROGRAM [ARGS]
-        decmod.tc_tiles = RULES[sys.argv[2]]
-        sys.argv = sys.argv[3:]
-        sys.path.insert(0, ".")
-        runpy.run_path(sys.argv[0], run_name="__main__")
-        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 5, 8, 9, 13, 16])
     ap.add_argument("--reps", type=int, default=3)

@@ -97,18 +97,16 @@ def step_parents(tree: DraftTree) -> list[int]:
 def tree_round(target: Any, drafter: Any, cache: Any, context: list[int], out: list[int], top_k: int, depth: int,
                budget: int, st: SpecStats, vocab: int, stops: set[int], max_new_tokens: int,
                gate: CostBudget | None) -> Round:
-    """One round of a tree (top_k 0: none, a plain target step): drafted (pruned by the gate's include, grown by its
-    extend), verified in one target step, the longest accepted path emitted and kept in both caches."""
+    """One round of a tree: drafted (pruned by the gate's include, grown by its extend), verified in one target step,
+    the longest accepted path emitted and kept in both caches. (Plain steps are chain_round's.)"""
     timer = st.timer
-    tree = DraftTree()
-    if top_k:
-        with timer("draft"):
-            f0 = drafter.forwards
-            tree = full = drafter.propose_tree(context, top_k, depth, budget,
-                                               extend=gate.extend if gate is not None else None)
-            if gate is not None:  # keep the nodes whose chance pays their row
-                tree = full.pruned(lambda i: gate.include(full.depth(i), float(np.exp(full.scores[i]))))
-            st.draft_forwards += drafter.forwards - f0
+    with timer("draft"):
+        f0 = drafter.forwards
+        tree = full = drafter.propose_tree(context, top_k, depth, budget,
+                                           extend=gate.extend if gate is not None else None)
+        if gate is not None:  # keep the nodes whose chance pays their row
+            tree = full.pruned(lambda i: gate.include(full.depth(i), float(np.exp(full.scores[i]))))
+        st.draft_forwards += drafter.forwards - f0
     start = cache.length
     with timer("verify"):
         logits, feats = target([context[-1], *tree.tokens], cache, parents=step_parents(tree), return_hidden=True)
@@ -159,13 +157,13 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
         CostBudget(depth, gated=True) if adaptive == "cost" else None)
     shape = ShapeChoice() if gate is not None and top_k > 1 else None
     # a gate a shape: each prices only its own rounds (one over both went plain where the chain would have drafted)
-    gates = {True: gate, False: gate if shape is None else type(gate)(depth, gated=True)}
+    chain_gate = gate if shape is None else type(gate)(depth, gated=True)
     rng = cfg.make_rng()  # greedy: the chain rounds' drafter never draws from it
     context, nodes, chains = prompt + out, [], 0
     while not done:
         before = st.costs()
         k, as_tree = 0, shape is None or shape.tree()
-        now = gates[as_tree and top_k > 1]  # the gate of the shape in charge (None: no budget)
+        now = gate if shape is not None and as_tree else chain_gate  # the shape in charge's gate (None: no budget)
         if now is None or now.choose(st.position_accepted, st.position_judged):
             k = top_k if as_tree else 1
         if now is not None and k <= 1:  # the chain's round or a plain step, as speculative_generate runs them
@@ -188,7 +186,7 @@ def tree_speculative_generate(target: Any, drafter: Any, prompt_ids: Sequence[in
     stats = st.as_dict(time.perf_counter() - t0)
     stats.update(tree=[top_k, depth, budget], per_round_nodes=nodes)
     if gate is not None:
-        stats["plain_rounds"] = sum(g.choices.count(0) for g in {id(g): g for g in gates.values()}.values())
+        stats["plain_rounds"] = gate.choices.count(0) + (chain_gate.choices.count(0) if chain_gate is not gate else 0)
         stats["chain_rounds"] = chains
     stop_reason = "stop" if out and out[-1] in stops else "length"
     return GenerationResult(tokens=out, stop_reason=stop_reason, stats=stats)
