@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for the target's features (default OUTPUT/features); a folder an earlier run filled "
                    "is reused where the target and the sequences are the same (else extracted afresh), e.g. to go on "
                    "with --init into a new --output without paying for the features again")
+    o.add_argument("--features-only", action="store_true",
+                   help="extract the target's features (into --features) and stop: on a machine whose calls are "
+                   "time-limited, one call fills the folder (--time-limit is then all theirs) and the next trains")
     o.add_argument("--init", default=None, metavar="DIR",
                    help="start from a saved head for this target (its weights and shapes; a fresh optimizer and "
                    "schedule), e.g. to go on training it on more data; head.json records it")
@@ -150,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     from minitorch.models.draft_head import DraftHead, DraftHeadConfig, target_fingerprint
     from minitorch.models.head_io import load_head, save_head
     from project.training.objective import ttt_weights
+    from project.training.data import answer_spans
     from project.training.features import FeatureStore
     from project.training.loop import (TrainState, build_batch, dense_rows, evaluate, load_checkpoint, lr_at,
                                make_batches, save_checkpoint, time_bounded_total, train_step)
@@ -185,9 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     seqs = held + train  # held-out first: a time-limited extraction always has them
     store = FeatureStore(Path(args.features) if args.features else out / "features", seqs, target.config.hidden_size, fp)
     feature_batch = args.feature_batch if args.feature_batch is not None else (8192 if args.backend == "cuda" else 0)
-    store.extract(target, progress=not args.quiet, time_limit=args.time_limit / 2 if args.time_limit else None,
+    share = 1.0 if args.features_only else 0.5
+    store.extract(target, progress=not args.quiet, time_limit=args.time_limit * share if args.time_limit else None,
                   batch_tokens=feature_batch)
     t_feat = time.perf_counter() - t0
+    if args.features_only:
+        print(f"features: {store.done} of {len(seqs)} sequences ({int(store.offsets[store.done])} of "
+              f"{int(store.offsets[-1])} tokens) in {store.folder}, {t_feat:.1f} s this run")
+        return 0
     if store.done < len(seqs):
         if store.done <= len(held):
             raise UserError(f"--time-limit: the target's features of only {store.done} sequences were done; "
@@ -215,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             ev["generated"] = {k: g[k] for k in ("loss", "top1", "top1_steps", "tokens") if k in g}
         return ev
     print(f"training sequences: {len(train)} ({n_tokens} tokens, "
-          f"{sum(len(s.ids) - s.n_prompt for s in train)} answer tokens), held out: {n_main}{f' + {len(held_gen)} self-written' if held_gen else ''}; "
+          f"{sum(b - a for s in train for a, b in answer_spans(s))} answer tokens), held out: {n_main}{f' + {len(held_gen)} self-written' if held_gen else ''}; "
           f"{per_epoch} steps an epoch, {total} steps; features {t_feat:.1f} s; head -> {out}")
 
     eval_steps = max(EVAL_STEPS, args.ttt_steps)

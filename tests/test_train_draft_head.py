@@ -330,12 +330,13 @@ def test_features_of_an_earlier_run_are_reused_where_the_data_match(setup, monke
         return extract(self, *a, **k)
 
     monkeypatch.setattr(FeatureStore, "extract", spy)
-    _train(root, "feat1", "--features", str(feat), "--max-steps", "1")
+    _train(root, "feat1", "--features", str(feat), "--features-only")  # one call fills the folder, saves no head
+    assert not (root / "feat1" / "head.safetensors").exists() and not (root / "feat1" / "checkpoint").exists()
     _train(root, "feat2", "--features", str(feat), "--max-steps", "1")
     _train(root, "feat3", "--features", str(feat), "--max-steps", "1", "--heldout", str(HELDOUT - 1))
     (d1, n1), (d2, n2), (d3, n3) = done_at_start
     assert d1 == 0 and d2 == n2 == n1 and d3 == 0
-    assert not (root / "feat2" / "features").exists()
+    assert not (root / "feat2" / "features").exists() and (root / "feat2" / "head.safetensors").exists()
 
 
 def test_init_with_another_targets_head_is_one_line_exit_2(setup, trained, tmp_path, capsys):

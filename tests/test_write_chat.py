@@ -124,22 +124,55 @@ def test_the_trainer_drops_a_conversation_holding_an_evaluation_question(tiny):
     assert [s.source for s in generated_sequences(tok, [ok, bad], {}, 512, "chat")] == ["chat"]
 
 
-def test_the_trainer_learns_every_answer_of_a_conversation(tiny):
-    """A two-turn record gives two sequences: the first answer after the first request, then the last answer after
-    the whole conversation; each answer is what the sequence learns (after its prompt), ended by the end of turn."""
-    from minitorch.models import load_model
-    from project.training.data import generated_sequences
+def test_the_trainer_learns_every_answer_of_a_conversation(tiny, monkeypatch):
+    """A two-turn record is one sequence, the whole conversation under the template (the last turn's prompt, then
+    the last answer, ended by the end of turn), and learns both answers: the loss mask of a training step covers the
+    positions that predict each answer's ids (and its end of turn) and no user turn's or template's."""
+    import numpy as np
 
-    _, tok = load_model(tiny / "t", progress=False)
+    from minitorch.models import load_model
+    from project.training.data import answer_spans, generated_sequences
+    from project.training.loop import build_batch, dense_rows
+
+    target, tok = load_model(tiny / "t", progress=False)
     first = [{"role": "user", "content": "Write a limerick about a cat."}]
     two = first + [{"role": "assistant", "content": "A cat sat."}, {"role": "user", "content": "Now a dog."}]
     rec = {"id": "a", "question": first[0]["content"], "text": "A dog ran.", "stop_reason": "stop", "messages": two}
-    seqs = generated_sequences(tok, [rec], {}, 512, "chat")
-    assert len(seqs) == 2
-    for seq, before, answer in zip(seqs, (first, two), ("A cat sat.", "A dog ran.")):
-        prompt = list(tok.encode(tok.apply_chat_template(before, add_generation_prompt=True)))
-        assert seq.ids[:seq.n_prompt] == prompt
-        assert tok.decode(seq.ids[seq.n_prompt:]).startswith(answer)
+    (seq,) = generated_sequences(tok, [rec], {}, 512, "chat")
+    end = [tok.backend.token_to_id(tok.special_tokens["eos_token"])]
+    whole = list(tok.encode(tok.apply_chat_template(two, add_generation_prompt=True)))
+    assert seq.ids == whole + list(tok.encode("A dog ran.")) + end
+    spans = answer_spans(seq)
+    assert [tok.decode(seq.ids[a:b], skip_special_tokens=False) for a, b in spans] == [
+        "A cat sat." + tok.special_tokens["eos_token"], "A dog ran." + tok.special_tokens["eos_token"]]
+    assert seq.ids[:spans[0][0]] == list(tok.encode(tok.apply_chat_template(first, add_generation_prompt=True)))
+    # the step's mask: position t's label is the target's features at t + 1, which predict id t + 2
+    L = len(seq.ids)
+
+    class Rows:  # the features are not read by the mask
+        dims = target.config.hidden_size
+
+        def rows(self, i):
+            return np.zeros((L, self.dims), np.float32)
+
+    batch = build_batch([0], [seq], Rows(), target, dense_rows(target.lm_head_weight(), 64, target.backend),
+                        target.backend)
+    learned = {int(t) + 2 for t in np.flatnonzero(np.asarray(batch.mask.to_numpy())[0])}
+    # each answer's ids, and what the target writes after its end of turn (the template's next id, or past the end)
+    assert learned == {i for a, b in spans for i in range(a, b + 1)}
+    # broken: a mask from the first answer on, as for one answer, learns the second user turn too
+    from project.training import loop
+
+    monkeypatch.setattr(loop, "answer_spans", lambda s: ((s.n_prompt, len(s.ids)),))
+    broken = build_batch([0], [seq], Rows(), target, dense_rows(target.lm_head_weight(), 64, target.backend),
+                         target.backend)
+    assert {int(t) + 2 for t in np.flatnonzero(np.asarray(broken.mask.to_numpy())[0])} > learned
+    monkeypatch.undo()
+    # cut to fit: only what is inside is learned, and an answer whose prompt leaves no room is dropped
+    (cut,) = generated_sequences(tok, [rec], {}, spans[1][0] + 3, "chat")
+    assert answer_spans(cut) == (spans[0], (spans[1][0], spans[1][0] + 3))
+    (short,) = generated_sequences(tok, [rec], {}, spans[1][0] + 1, "chat")
+    assert answer_spans(short) == (spans[0],)
 
 
 class ScriptedTemplate(Template):

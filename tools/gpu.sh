@@ -39,9 +39,10 @@
 #                        (default /root/gen) keeps a run's files apart; copied to $OUT (commit them under data/selfmath/)
 #   train-head           train_draft_head.py --backend cuda on GSM8K train (LIMIT_PROBLEMS, 3000) + every committed
 #                        answer file (data/chat's general text too) + /root/gen's and /root/chat*'s, for TRAIN_LIMIT s
-#                        (420), sequences cut at MAX_SEQ (640) tokens, --ttt-steps TTT (3), --epochs EPOCHS (3.5),
+#                        (420), sequences cut at MAX_SEQ (2048) tokens, --ttt-steps TTT (3), --epochs EPOCHS (3.5),
 #                        --lr LR (2e-3); INIT=DIR starts from that head; the features stay in /root/features for the
-#                        next call on the same data. The head goes to /root/head and, in 15 MB parts, to $OUT
+#                        next call on the same data (FEATURES_ONLY=1: a call that only fills them, all its time;
+#                        RESUME=1: go on with /root/head's checkpoint). The head goes to /root/head and, in 15 MB parts, to $OUT
 #                        (`cat head.safetensors.part* > head.safetensors`); then (EVAL_N > 0, default 5) its acceptance
 #                        on GSM8K test first EVAL_N and the 0.5B draft's, on the eager engine in float32
 #
@@ -124,7 +125,8 @@ train_head() {
   log "train ${GEN[*]} ${INIT_ARGS[*]}"
   python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" "${INIT_ARGS[@]}" \
     --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
-    --ttt-steps "${TTT:-3}" --max-seq-len "${MAX_SEQ:-640}" --time-limit "$2" --output "$1" --features /root/features --quiet
+    --ttt-steps "${TTT:-3}" --max-seq-len "${MAX_SEQ:-2048}" --time-limit "$2" --output "$1" --features /root/features --quiet \
+    $( [ -n "${FEATURES_ONLY:-}" ] && echo --features-only ) $( [ -n "${RESUME:-}" ] && echo --resume )
 }
 # pack NAME PATTERN...: the files of $OUT that match (existing ones only), as one archive
 pack() { local name=$1 f; shift; (cd "$OUT" && shopt -s nullglob && set -- $@ && for f; do shift; [ -e "$f" ] && set -- "$@" "$f"; done
@@ -289,6 +291,7 @@ bench-specbench)
 train-head)
   real_env
   train_head /root/head "${TRAIN_LIMIT:-420}" 2>&1 | tee "$OUT/train.log" | tail -25
+  [ -n "${FEATURES_ONLY:-}" ] && { df -h /root | tail -1; log done; exit 0; }
   split -b 15000000 -d -a 1 /root/head/head.safetensors "$OUT/head.safetensors.part"  # 16 MiB a file comes back
   cp /root/head/head.json /root/head/report.json /root/head/loss.png "$OUT/" 2>/dev/null
   [ "${EVAL_N:-5}" -gt 0 ] || { log done; exit 0; }

@@ -29,6 +29,13 @@ class Sequence_:
     ids: list[int]
     n_prompt: int  # the first n_prompt ids are the prompt (no loss on predicting them)
     source: str
+    spans: tuple[tuple[int, int], ...] = ()  # a conversation: each answer's ids [start, end); empty: [n_prompt, len)
+
+
+def answer_spans(s: Sequence_) -> tuple[tuple[int, int], ...]:
+    """The ids a sequence learns to draft, as [start, end) ranges: every answer of a conversation, else all after
+    the prompt."""
+    return s.spans or ((s.n_prompt, len(s.ids)),)
 
 
 def clean_gsm8k_answer(answer: str) -> str:
@@ -75,9 +82,9 @@ def generated_sequences(tok: Any, rows: Sequence[dict[str, Any]], questions: dic
     """Answers the target wrote (benchmark records: 'id', 'text', run on the train split; or records that carry their
     own 'question', e.g. project/write_problems.py's answers to problems the target wrote) under the same prompt; a
     record with 'messages' (project/write_chat.py) is a conversation: those turns under the chat template with no
-    instruction (as Spec-Bench prompts), its last answer 'text'; each of its answers becomes a sequence (an earlier
-    one after the turns before it, ended as it ended: a follow-up was asked only after a finished answer). No user
-    turn may be an evaluation question."""
+    instruction (as Spec-Bench prompts), its last answer 'text'; it is one sequence, the whole conversation, whose
+    every answer is learned (Sequence_.spans; each answer ended as it ended: a follow-up was asked only after a
+    finished answer). No user turn may be an evaluation question."""
     end = _end_ids(tok)
     out, seen = [], set() if seen is None else seen  # a shared `seen`: a record in two files counts once
     for r in rows:
@@ -93,12 +100,16 @@ def generated_sequences(tok: Any, rows: Sequence[dict[str, Any]], questions: dic
         if key in seen:  # the spec and target records of a greedy run hold the same text
             continue
         seen.add(key)
-        if isinstance(chat, list):  # every answer of the conversation, each after the turns before it
+        if isinstance(chat, list):  # one sequence: the whole conversation, learning every answer in it
+            joint = _conversation(tok, chat, r["text"], r.get("stop_reason"), end, max_len, source)
+            if joint is not None:
+                out.append(joint)
+                continue
             answers = [(chat[:i], m["content"], "stop") for i, m in enumerate(chat) if m.get("role") == "assistant"]
             answers.append((chat, r["text"], r.get("stop_reason")))
         else:
             answers = [(None, r["text"], r.get("stop_reason"))]
-        for before, answer, stop in answers:
+        for before, answer, stop in answers:  # each answer after its prompt
             text = tok.apply_chat_template(before, add_generation_prompt=True) if before is not None \
                 else build_prompt(tok, q)
             prompt = list(tok.encode(text))
@@ -106,6 +117,28 @@ def generated_sequences(tok: Any, rows: Sequence[dict[str, Any]], questions: dic
             if len(prompt) + 2 < max_len:
                 out.append(Sequence_(ids[:max_len], len(prompt), source))
     return out
+
+
+def _conversation(tok: Any, chat: list[dict[str, str]], last: str, stop: str | None, end: list[int], max_len: int,
+                  source: str) -> Sequence_ | None:
+    """A conversation of several answers as one sequence (the last turn's prompt, its answer), each answer a span:
+    its earlier answers are in the prompt already, so one pass over the target's features learns them all. None when
+    an earlier answer's ids are not where its own turn's prompt puts them (a tokenization across the turn's
+    boundary): then each answer is a sequence of its own."""
+    ids = list(tok.encode(tok.apply_chat_template(chat, add_generation_prompt=True)))
+    spans = []
+    for i, m in enumerate(chat):
+        if m.get("role") != "assistant":
+            continue
+        prompt = list(tok.encode(tok.apply_chat_template(chat[:i], add_generation_prompt=True)))
+        answer = list(tok.encode(m["content"])) + end
+        if ids[:len(prompt)] != prompt or ids[len(prompt):len(prompt) + len(answer)] != answer:
+            return None
+        spans.append((len(prompt), len(prompt) + len(answer)))
+    spans.append((len(ids), len(ids) + len(tok.encode(last)) + (len(end) if stop == "stop" else 0)))
+    ids += list(tok.encode(last)) + (end if stop == "stop" else [])
+    spans = tuple((a, min(b, max_len)) for a, b in spans if a + 2 < max_len)  # as a single answer's: 2 ids at least
+    return Sequence_(ids[:max_len], spans[0][0], source, spans) if spans else None
 
 
 def _norm(question: str) -> str:

@@ -29,7 +29,7 @@ from minitorch import tensor as make_tensor
 from minitorch.models.draft_head import DraftHead
 from minitorch.models.head_io import save_head
 
-from .data import Sequence_
+from .data import Sequence_, answer_spans
 from .features import FeatureStore
 from .objective import head_loss, ttt_loss, ttt_step_mask
 from .ttt import forward_steps
@@ -86,7 +86,8 @@ def build_batch(idx: Sequence[int], seqs: Sequence[Sequence_], store: FeatureSto
         L = len(s.ids)
         f[b, :L] = store.rows(i)
         ids[b, :L] = s.ids
-        mask[b, max(s.n_prompt - 2, 0):L - 1] = 1.0  # positions t whose label f_{t+1} predicts an answer token
+        for start, end in answer_spans(s):  # positions t whose label f_{t+1} predicts an answer token (or the next)
+            mask[b, max(start - 2, 0):end - 1] = 1.0
     with no_grad():
         ft = from_numpy(f, backend=backend)
         feats, next_feats = ft.narrow(1, 0, T - 1).contiguous(), ft.narrow(1, 1, T - 1).contiguous()
