@@ -21,7 +21,8 @@ A tree is not always worth its price: on a 2-core Zen 3 its top_k-row head steps
 the chain's (GSM8K first 20: a 2,3,6 tree 1.06x, the gated chain 1.29x). So with the draft budget each round is in
 the charge of one shape, the tree or the chain of the same depth (top_k 1), whichever has cost fewer seconds a token
 emitted in its rounds so far (ShapeChoice: each shape a few rounds first, then the cheaper one, the other now and then
-to see whether the text has changed its mind). Each shape has its own gate, which prices only its rounds and may make
+to see whether the text has changed its mind; the chain unless the tree is cheaper beyond the noise of a round's 1 to
+depth + 1 tokens). Each shape has its own gate, which prices only its rounds and may make
 them plain steps; a shape's seconds a token count those plain steps too (one gate over both let the trees' dearer
 rounds send the chain's plain). Like the budget it looks only at finished rounds: the output stays the target's. The
 chain's rounds and the plain steps are speculative.py's own (chain_round: the head's causal draft steps, a causal
@@ -30,6 +31,7 @@ chain-shaped trees, their head steps and cache moves had cost more: docs/results
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -49,17 +51,23 @@ from .tree import DraftTree, accept_tree_greedy, check_tree_request
 WARM_ROUNDS = 3  # drafting rounds of each shape before ShapeChoice compares them
 RECHECK = 12  # rounds of the cheaper shape between two of the other
 SHAPE_EMA = 0.2  # weight of a new round in a shape's running seconds and tokens (a plain mean for the first 1 / it)
+SHAPE_Z = 1.5  # the tree is taken only where its seconds a token beat the chain's by this many standard errors
 
 
 class ShapeChoice:
     """Whether a drafting round drafts the tree (True) or the chain (False): each shape WARM_ROUNDS rounds in turn,
     then the one with fewer seconds a token in its running means, the other once after every RECHECK rounds. The first
-    round recorded is the run's warm-up (cold, right after the prefill) and is not counted."""
+    round recorded is the run's warm-up (cold, right after the prefill) and is not counted.
+
+    The chain is the default: the tree must be cheaper by SHAPE_Z standard errors of the difference. A round emits 1
+    to depth + 1 tokens, so ~9 rounds' means of two shapes whose costs differ by a few percent (a CPU's, where a tree's
+    extra rows cost about a quarter of a step each) would otherwise take the dearer one about as often as not."""
 
     def __init__(self, warm: int = WARM_ROUNDS, recheck: int = RECHECK) -> None:
         self.warm, self.recheck = warm, recheck
         self.seconds = {True: 0.0, False: 0.0}  # running mean seconds of a round, by shape
         self.tokens = {True: 0.0, False: 0.0}  # running mean tokens a round emitted
+        self.squares = {True: 0.0, False: 0.0}  # running mean of their squares (the spread)
         self.counted = {True: 0, False: 0}
         self.streak = 0  # rounds of the cheaper shape since the other one ran
         self._warmed = False
@@ -67,10 +75,19 @@ class ShapeChoice:
     def per_token(self, tree: bool) -> float:
         return self.seconds[tree] / max(self.tokens[tree], 1e-9)
 
+    def error(self, tree: bool) -> float:
+        """Standard error of per_token(tree) from the spread of tokens a round, over the rounds its mean weighs."""
+        n = max(min(self.counted[tree], (2.0 - SHAPE_EMA) / SHAPE_EMA), 1.0)
+        spread = max(self.squares[tree] - self.tokens[tree] ** 2, 0.0)
+        return self.per_token(tree) * math.sqrt(spread / n) / max(self.tokens[tree], 1e-9)
+
+    def tree_cheaper(self) -> bool:
+        return self.per_token(True) + SHAPE_Z * math.hypot(self.error(True), self.error(False)) < self.per_token(False)
+
     def tree(self) -> bool:
         if min(self.counted.values()) < self.warm:
             return self.counted[True] <= self.counted[False]  # in turn, the tree first
-        best = self.per_token(True) <= self.per_token(False)
+        best = self.tree_cheaper()
         if self.streak >= self.recheck:
             return not best
         return best
@@ -81,11 +98,12 @@ class ShapeChoice:
             self._warmed = True
             return
         warm = min(self.counted.values()) < self.warm
-        best = self.per_token(True) <= self.per_token(False)
+        best = self.tree_cheaper()
         self.counted[tree] += 1
         w = max(SHAPE_EMA, 1.0 / self.counted[tree])
         self.seconds[tree] += w * (seconds - self.seconds[tree])
         self.tokens[tree] += w * (emitted - self.tokens[tree])
+        self.squares[tree] += w * (emitted * emitted - self.squares[tree])
         self.streak = 0 if warm or tree != best else self.streak + 1
 
 
