@@ -152,11 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     from minitorch.models import cache_root, load_model
     from minitorch.models.draft_head import DraftHead, DraftHeadConfig, target_fingerprint
     from minitorch.models.head_io import load_head, save_head
-    from project.training.objective import ttt_weights
     from project.training.data import answer_spans
     from project.training.features import FeatureStore
     from project.training.loop import (TrainState, build_batch, dense_rows, evaluate, load_checkpoint, lr_at,
                                make_batches, save_checkpoint, time_bounded_total, train_step)
+    from project.training.objective import ttt_weights
 
     backend = get_backend(args.backend)
     if args.backend == "cuda":

@@ -60,8 +60,8 @@ class ShapeChoice:
     round recorded is the run's warm-up (cold, right after the prefill) and is not counted.
 
     The chain is the default: the tree must be cheaper by SHAPE_Z standard errors of the difference. A round emits 1
-    to depth + 1 tokens, so ~9 rounds' means of two shapes whose costs differ by a few percent (a CPU's, where a tree's
-    extra rows cost about a quarter of a step each) would otherwise take the dearer one about as often as not."""
+    to depth + 1 tokens, so ~9 rounds' means of two shapes whose costs differ by a few percent (a CPU's: GSM8K's tree
+    rounds were 6.5% dearer a token, tools/cpu_round_costs.py) took the dearer one in over a third of the rounds."""
 
     def __init__(self, warm: int = WARM_ROUNDS, recheck: int = RECHECK) -> None:
         self.warm, self.recheck = warm, recheck

@@ -101,42 +101,33 @@ def generated_sequences(tok: Any, rows: Sequence[dict[str, Any]], questions: dic
             continue
         seen.add(key)
         if isinstance(chat, list):  # one sequence: the whole conversation, learning every answer in it
-            joint = _conversation(tok, chat, r["text"], r.get("stop_reason"), end, max_len, source)
-            if joint is not None:
-                out.append(joint)
-                continue
-            answers = [(chat[:i], m["content"], "stop") for i, m in enumerate(chat) if m.get("role") == "assistant"]
-            answers.append((chat, r["text"], r.get("stop_reason")))
-        else:
-            answers = [(None, r["text"], r.get("stop_reason"))]
-        for before, answer, stop in answers:  # each answer after its prompt
-            text = tok.apply_chat_template(before, add_generation_prompt=True) if before is not None \
-                else build_prompt(tok, q)
-            prompt = list(tok.encode(text))
-            ids = prompt + list(tok.encode(answer)) + (end if stop == "stop" else [])
-            if len(prompt) + 2 < max_len:
-                out.append(Sequence_(ids[:max_len], len(prompt), source))
+            seq = _conversation(tok, chat, r["text"], r.get("stop_reason"), end, max_len, source)
+        else:  # the answer after the benchmark's prompt
+            prompt = list(tok.encode(build_prompt(tok, q)))
+            ids = prompt + list(tok.encode(r["text"])) + (end if r.get("stop_reason") == "stop" else [])
+            seq = Sequence_(ids[:max_len], len(prompt), source) if len(prompt) + 2 < max_len else None
+        if seq is not None:
+            out.append(seq)
     return out
 
 
 def _conversation(tok: Any, chat: list[dict[str, str]], last: str, stop: str | None, end: list[int], max_len: int,
                   source: str) -> Sequence_ | None:
-    """A conversation of several answers as one sequence (the last turn's prompt, its answer), each answer a span:
-    its earlier answers are in the prompt already, so one pass over the target's features learns them all. None when
-    an earlier answer's ids are not where its own turn's prompt puts them (a tokenization across the turn's
-    boundary): then each answer is a sequence of its own."""
+    """A conversation as one sequence (the last turn's prompt, its answer) whose every answer is a span: the earlier
+    answers are in the prompt already, so one pass over the target's features learns them all. An earlier answer is
+    learned where its ids sit where its own turn's prompt ends (else the turn's boundary tokenized otherwise and it
+    is left out); None when no answer fits in max_len."""
     ids = list(tok.encode(tok.apply_chat_template(chat, add_generation_prompt=True)))
     spans = []
     for i, m in enumerate(chat):
-        if m.get("role") != "assistant":
-            continue
-        prompt = list(tok.encode(tok.apply_chat_template(chat[:i], add_generation_prompt=True)))
-        answer = list(tok.encode(m["content"])) + end
-        if ids[:len(prompt)] != prompt or ids[len(prompt):len(prompt) + len(answer)] != answer:
-            return None
-        spans.append((len(prompt), len(prompt) + len(answer)))
-    spans.append((len(ids), len(ids) + len(tok.encode(last)) + (len(end) if stop == "stop" else 0)))
-    ids += list(tok.encode(last)) + (end if stop == "stop" else [])
+        if m.get("role") == "assistant":
+            start = len(tok.encode(tok.apply_chat_template(chat[:i], add_generation_prompt=True)))
+            answer = list(tok.encode(m["content"])) + end
+            if ids[start:start + len(answer)] == answer:
+                spans.append((start, start + len(answer)))
+    answer = list(tok.encode(last)) + (end if stop == "stop" else [])
+    spans.append((len(ids), len(ids) + len(answer)))
+    ids += answer
     spans = tuple((a, min(b, max_len)) for a, b in spans if a + 2 < max_len)  # as a single answer's: 2 ids at least
     return Sequence_(ids[:max_len], spans[0][0], source, spans) if spans else None
 
