@@ -16,6 +16,12 @@ users make, and no such prompts can be downloaded here, so the target writes the
   request.
 - `--style magpie` (Magpie, arXiv 2406.08464): the chat template up to where a user's message starts, sampled until
   the turn ends, so the request is whatever the target expects users to write.
+- `--style texts`: the target first writes a text on one of SUBJECTS (a news article, German sentences, passages as
+  from web pages, a document; sampled), and the request is the benchmarks' form of a task around it: "Summarize:
+  <article>", "Translate German to English: <sentences>", the passages then a question the target wrote about them,
+  an extraction instruction then the document; or a question as typed into a search engine. Asked to write a
+  request that carries its own text (`topics`' summarization, translation, passages, extraction), the 1.5B target
+  wrote "Can you please summarize the article?" with no article: these are two thirds of Spec-Bench's questions.
 
 A request that is an evaluation question word for word (GSM8K test, MATH-500, AIME, AMC, any Spec-Bench turn;
 training/data.py) or too short / long is kept as `question: null` with its raw text. `answers` answers every kept
@@ -29,6 +35,7 @@ finishes, in whatever order.
 from __future__ import annotations
 
 import argparse
+import random
 from typing import Any, Iterator
 
 from project.cli_common import run_cli
@@ -61,7 +68,66 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "math": ("a word problem about percentages", "a probability question", "an algebra exercise",
              "a geometry question", "a unit conversion", "a question about sequences"),
 }
-WITH_TEXT = ("extraction", "translation", "summarization", "passages")  # requests that carry the text they work on
+WITH_TEXT = ("extraction", "translation", "summarization", "passages")
+# --style texts: the target first writes a text on a subject (sampled), then the request is the benchmarks' form of a
+# task around it (Spec-Bench's translation, summarization, qa and rag prompts are short instructions around a German
+# sentence, a news article, a search-box question, retrieved passages): what --style topics could not make the target
+# write (asked for a request carrying its text, a 1.5B target wrote "Can you summarize the article?" with none)
+SUBJECTS = (
+    "a city's new tram line", "a drought in a farming region", "a museum reopening after renovation", "a marathon",
+    "a data breach at a retailer", "a new vaccine trial", "a volcano eruption", "a local bakery's success",
+    "a football transfer", "an election for mayor", "a bridge collapse", "rising rents", "a solar power plant",
+    "a rescued whale", "a school lunch program", "a chess tournament", "a wildfire", "a space probe's landing",
+    "a new smartphone", "a strike by rail workers", "an archaeological find", "a zoo's newborn panda",
+    "a film festival", "a recall of baby food", "a heat wave", "a startup raising money", "a flood",
+    "a new law on plastic bags", "a record-breaking swimmer", "a hospital's new wing", "a cyberattack on a city",
+    "a music festival", "a merger of two banks", "an earthquake", "a community garden", "a missing hiker found",
+    "a central bank raising interest rates", "a new species of frog", "a court ruling on privacy", "an air show",
+    "a shortage of nurses", "a river cleanup", "the opening of a library", "a tennis final", "a factory closing",
+    "electric cars", "honeybees", "the Roman Empire", "black holes", "the human heart", "coffee", "the Amazon rainforest",
+    "the printing press", "volcanoes", "the Great Wall of China", "antibiotics", "the internet", "jazz",
+    "the Olympic Games", "photosynthesis", "the Moon landing", "tea ceremonies", "glaciers", "the stock market",
+    "vaccination", "the Renaissance", "wind energy", "sleep", "dinosaurs", "the Silk Road", "recycling",
+    "the immune system", "Mount Everest", "chocolate", "the French Revolution", "tides", "artificial intelligence",
+    "the Eiffel Tower", "bicycles", "the water cycle", "ancient Egypt", "sharks", "the Nile", "earthquakes",
+    "the piano", "democracy", "rice farming", "the solar system", "typhoons", "the Beatles", "castles",
+    "the periodic table", "penguins", "the Industrial Revolution", "cheese making", "coral reefs", "the Vikings",
+    "nuclear power", "the Sahara", "yoga", "Shakespeare", "hurricanes", "the Internet of Things", "origami",
+    "the Panama Canal", "migraine", "the Aztecs", "3D printing", "wolves", "the violin", "public libraries",
+    "the Cold War", "wine making", "the Arctic", "diabetes", "the Mona Lisa", "trains", "mushrooms", "bees and pollination",
+    "the Taj Mahal", "cryptocurrency", "the Titanic", "the Alps", "vitamins", "chess", "the Great Barrier Reef",
+    "the telephone", "marathon running", "the ozone layer", "Greek mythology", "submarines", "the Mediterranean diet",
+    "hydrogen fuel", "the Louvre", "elephants", "cloud computing", "the Maya", "basketball", "lighthouses",
+    "the human brain", "pirates", "the Hubble telescope", "bread", "the Berlin Wall", "octopuses", "quantum computers",
+    "Antarctica", "the Tour de France", "paper money", "the Colosseum", "allergies", "skyscrapers", "the Danube",
+)
+WORDS = (250, 400, 600)  # a news article's length, asked for
+SENTENCES = ("one sentence", "one sentence", "two sentences")
+DOCUMENTS = (  # extraction: (the text the target writes, the instruction put before it)
+    ("a short news report that names several people, places and dates",
+     "Extract every person, place and date mentioned in the following text. Return them as JSON."),
+    ("a customer review of a product", "Rate the following review on a scale of 1 to 5, with 1 being very negative "
+     "and 5 very positive, and list its main points."),
+    ("a meeting note with decisions and action items",
+     "List the decisions and the action items in the following meeting note, with who is responsible for each."),
+    ("a product listing with prices and specifications",
+     "Turn the following product listing into a table of its specifications and prices."),
+)
+TEXT_TASKS: dict[str, tuple[str, str]] = {  # kind: (what the target writes first, the request around it)
+    "summarization": ("Write a news article of about {words} words about {subject}. Write only the article's text, "
+                      "with no title.", "Summarize: {text}"),
+    "translation": ("Write {sentences} in German about {subject}, as in a news report. Write only the German text.",
+                    "Translate German to English: {text}"),
+    "passages": ("Write three short paragraphs about {subject}, each as it might appear on a different web page. "
+                 "Write only the paragraphs.", "{text}\n{question}"),
+    "qa": ("Write one short question that asks for a fact about {subject}, the way people type questions into a "
+           "search engine. Write only the question.", "{text}"),
+    "extraction": ("Write {document} about {subject}. Write only the text.", "{instruction}\n\n{text}"),
+}
+PASSAGE_QUESTION = ("{text}\n\nWrite one question that a reader could answer from the paragraphs above. Write only "
+                    "the question.")
+MAX_TEXT_CHARS = 8000  # a texts request's length (an article and its instruction: about 2,000 tokens)
+  # requests that carry the text they work on
 REQUEST = ("Write one message that a user might send to an AI assistant. Kind: {category}. About: {topic}.{text}\n"
            "Write only the user's message, exactly as the user would send it, with nothing before or after it.")
 TEXT_NOTE = " The message must include the full text it refers to (100 to 300 words), written out."
@@ -76,6 +142,50 @@ def request_items(n: int, start: int = 0) -> Iterator[tuple[str, dict[str, Any]]
         cat = names[i % len(names)]
         topics = CATEGORIES[cat]
         yield f"chat-{i}", {"index": i, "category": cat, "topic": topics[(i // len(names)) % len(topics)]}
+
+
+def text_items(n: int, start: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(id, fields) of --style texts items start..start+n-1: kind i mod 5 (TEXT_TASKS), a subject and a form (the
+    article's words, German sentences, a document and its instruction) drawn by a generator seeded with the index."""
+    kinds = list(TEXT_TASKS)
+    for i in range(start, start + n):
+        rng = random.Random(f"texts-{i}")  # a str seed: the same draws in every Python run
+        document, instruction = rng.choice(DOCUMENTS)
+        yield f"chat-{i}", {"index": i, "category": kinds[i % len(kinds)], "topic": rng.choice(SUBJECTS),
+                            "words": rng.choice(WORDS), "sentences": rng.choice(SENTENCES), "document": document,
+                            "instruction": instruction}
+
+
+def text_request(item: dict[str, Any], text: str, question: str | None = None) -> str:
+    """The request of a texts item around the text the target wrote (and, for passages, its question)."""
+    return TEXT_TASKS[item["category"]][1].format(text=text, question=question, instruction=item["instruction"])
+
+
+def chat_prompt(tok: Any, message: str) -> str:
+    return tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True)
+
+
+def text_request_job(tok: Any, item: dict[str, Any], max_new_tokens: int, seed0: int = 0) -> Job:
+    """A texts item's job (training/writer.py): the text (sampled, seed seed0 + index), for passages a question about it
+    (seed + 1), then the record with the request around them, or with `question` None and the `raw` text when the
+    text was cut at max_new_tokens, is too short or long, or the request is an evaluation question."""
+    seed = seed0 + item["index"]
+    ask = TEXT_TASKS[item["category"]][0].format(subject=item["topic"], words=item["words"],
+                                                 sentences=item["sentences"], document=item["document"])
+    res = yield list(tok.encode(chat_prompt(tok, ask))), max_new_tokens, seed
+    n, raw = len(res.tokens), tok.decode(list(res.tokens))
+    text = clean_request(raw, MAX_TEXT_CHARS) if res.stop_reason == "stop" else None
+    question = None
+    if text is not None and item["category"] == "passages":
+        res = yield list(tok.encode(chat_prompt(tok, PASSAGE_QUESTION.format(text=text)))), 128, seed + 1
+        n += len(res.tokens)
+        question = clean_request(tok.decode(list(res.tokens))) if res.stop_reason == "stop" else None
+        text = text if question is not None else None
+    request = kept_question(None if text is None else text_request(item, text, question))
+    rec = {**item, "style": "texts", "question": request, "seed": seed}
+    if request is None:
+        rec["raw"] = raw
+    return {**rec, "generated_tokens": n, "stop_reason": res.stop_reason}, n
 
 
 def request_prompt(tok: Any, style: str, category: str, topic: str) -> str:
@@ -97,12 +207,12 @@ def user_prefix(tok: Any, messages: list[dict[str, str]]) -> str:
     return full[:full.index(MARK)]
 
 
-def clean_request(text: str) -> str | None:
+def clean_request(text: str, max_chars: int = MAX_CHARS) -> str | None:
     """The request as written: the end-of-turn markers and surrounding quotes dropped; None when too short or long."""
     for stop in ("<|im_end|>", "<|endoftext|>", "<|im_start|>"):
         text = text.split(stop)[0]
     text = text.strip().strip('"').strip()
-    return text if MIN_CHARS <= len(text) <= MAX_CHARS else None
+    return text if MIN_CHARS <= len(text) <= max_chars else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,9 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("requests", help="write --n requests (sampled)")
     a.add_argument("--n", type=int, default=1100, help="requests to ask for (default 1100: 100 of each category)")
     a.add_argument("--start", type=int, default=0, help="the first item's index (default 0): more after an earlier file's")
-    a.add_argument("--style", choices=("topics", "magpie"), default="topics",
+    a.add_argument("--style", choices=("topics", "magpie", "texts"), default="topics",
                    help="topics (default): ask for a request of each category and topic in turn; magpie: sample the "
-                        "user's message from the chat template's own prefix")
+                        "user's message from the chat template's own prefix; texts: the target writes a text on a "
+                        "subject (an article, German sentences, web passages, a document), the request is a task "
+                        "around it (Summarize:, Translate German to English:, passages and a question, extraction) "
+                        "or a search-box question")
     b = sub.add_parser("answers", help="answer the requests of a `requests` file (greedy)")
     b.add_argument("requests", help="the JSONL file `requests` wrote")
     b.add_argument("--turns", type=int, default=1,
@@ -147,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = "target" if args.batch > 1 else "spec"  # an answer record's mode: --batch N runs the target alone
 
     def request(tok: Any, item: dict[str, Any]) -> Job:
+        if args.style == "texts":
+            return (yield from text_request_job(tok, item, args.max_new_tokens, args.seed))
         seed = args.seed + item["index"]
         res = yield (list(tok.encode(request_prompt(tok, args.style, item["category"], item["topic"]))),
                      args.max_new_tokens, seed)
@@ -178,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         return {**rec, "generated_tokens": n, "stop_reason": res.stop_reason}, n
 
     if args.step == "requests":
-        return write_items(args, request_items(args.n, args.start), request)
+        items = text_items if args.style == "texts" else request_items
+        return write_items(args, items(args.n, args.start), request)
     return write_items(args, [(r["id"], r) for r in first_step_rows(args.requests, "requests")], conversation)
 
 

@@ -31,6 +31,75 @@ def test_items_cycle_through_every_category_and_its_topics():
     assert list(wc.request_items(2, start=4)) == list(wc.request_items(6))[4:]
 
 
+def test_text_items_cycle_through_the_text_tasks_with_seeded_subjects():
+    items = [f for _, f in wc.text_items(40, start=1000000)]
+    kinds = list(wc.TEXT_TASKS)
+    assert [f["category"] for f in items] == [kinds[i % len(kinds)] for i in range(1000000, 1000040)]
+    assert all(f["topic"] in wc.SUBJECTS and f["words"] in wc.WORDS for f in items)
+    assert len({f["topic"] for f in items}) > 20  # drawn, not one subject a kind
+    assert list(wc.text_items(3, start=1000005)) == list(wc.text_items(8, start=1000000))[5:]  # by index alone
+
+
+class CharTok(Template):
+    """A tokenizer of one id a character, with the chat template's shape."""
+
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids)
+
+
+class Res:
+    def __init__(self, text, stop_reason="stop"):
+        self.tokens, self.stop_reason = [ord(c) for c in text], stop_reason
+
+
+def _drive(job, answers):
+    """Run a job on the given results in turn: (the prompts it asked, its seeds, what it returned)."""
+    prompts, seeds = [], []
+    try:
+        req = next(job)
+        for a in answers:
+            prompts.append("".join(chr(i) for i in req[0]))
+            seeds.append(req[2])
+            req = job.send(a)
+    except StopIteration as stop:
+        return prompts, seeds, stop.value
+    raise AssertionError("the job asked for more generations than given")
+
+
+def test_a_texts_request_is_the_benchmarks_task_around_the_text_the_target_wrote():
+    tok = CharTok()
+    item = {"index": 7, "category": "summarization", "topic": "glaciers", "words": 250, "sentences": "one sentence",
+            "document": "a memo", "instruction": "List the points."}
+    article = "Glaciers are retreating across the Alps, scientists said on Monday."
+    prompts, seeds, (rec, n) = _drive(wc.text_request_job(tok, item, 700, seed0=3), [Res(article + "<|im_end|>")])
+    assert "news article of about 250 words about glaciers" in prompts[0] and prompts[0].endswith("assistant\n")
+    assert seeds == [10] and rec["question"] == "Summarize: " + article and rec["style"] == "texts"
+    assert n == len(article) + len("<|im_end|>") and "raw" not in rec
+    # passages: a second generation asks for a question about them; the request is the passages, then the question
+    item = {**item, "category": "passages"}
+    passages = "The Danube flows through ten countries.\n\nIt ends in the Black Sea."
+    prompts, seeds, (rec, n) = _drive(wc.text_request_job(tok, item, 700), [Res(passages), Res("Where does it end?")])
+    assert seeds == [7, 8] and passages in prompts[1] and rec["question"] == passages + "\nWhere does it end?"
+    # translation and extraction: their templates
+    item = {**item, "category": "translation"}
+    _, _, (rec, _) = _drive(wc.text_request_job(tok, item, 700), [Res("Der Zug kommt heute sehr spät an.")])
+    assert rec["question"] == "Translate German to English: Der Zug kommt heute sehr spät an."
+    item = {**item, "category": "extraction"}
+    _, _, (rec, _) = _drive(wc.text_request_job(tok, item, 700), [Res("Meeting on May 3 with Ana and Li.")])
+    assert rec["question"] == "List the points.\n\nMeeting on May 3 with Ana and Li."
+    # a text cut at the limit, or a question that is an evaluation question word for word, is not kept
+    _, _, (rec, _) = _drive(wc.text_request_job(tok, {**item, "category": "qa"}, 700),
+                            [Res("who wrote the", "length")])
+    assert rec["question"] is None and rec["raw"] == "who wrote the"
+    from project.evaluation.data import load_problems
+    qa = next(p for p in load_problems("spec_bench") if p.category == "qa").turns[0]
+    _, _, (rec, _) = _drive(wc.text_request_job(tok, {**item, "category": "qa"}, 700), [Res(qa)])
+    assert rec["question"] is None and rec["raw"] == qa
+
+
 def test_magpie_prefix_stops_where_the_users_message_starts():
     tok = Template()
     assert wc.user_prefix(tok, []) == "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"

@@ -50,10 +50,12 @@
 #   batch-check          tests/test_cuda_batch.py, then project/bench/batch_throughput.py on the real target (BATCHES,
 #                        default "1 8 32 64 128 256"; products tcm and tcb; 512-token answers), then the GPU suite
 #                        (-m gpu, ARGS: the files to take first) for the time left
-#   write-chat N         project/write_chat.py with --batch BATCH (256): N requests of each style (topics from START,
-#                        default 0; magpie from START + 500000, their ids apart), then answers to all of them, --turns 2,
-#                        up to 1,024 new tokens a turn, for the time left; files in GEN_DIR (/root/chat), continued with
-#                        --resume by a later call on the same machine; copied gzipped to $OUT (commit under data/chat/)
+#   write-chat N         project/write_chat.py with --batch BATCH (256): N requests of each of STYLES ("topics magpie";
+#                        topics from START, default 0; magpie from START + 500000, texts from START + 1000000, their
+#                        ids apart; each style's requests for REQ_LIMIT s, 110, with up to REQ_TOKENS new tokens, 512),
+#                        then answers to all of them, --turns TURNS (2), up to 1,024 new tokens a turn, for the time
+#                        left; files in GEN_DIR (/root/chat), continued with --resume by a later call on the same
+#                        machine; copied gzipped to $OUT (commit under data/chat/)
 #
 #   bench-tree [K,D,N...]  draft trees against the chain (issue 44), the shipped head (HEAD_DIR for another), greedy, one
 #                        machine: GSM8K and MATH-500 first BENCH_N (20) with the chain (gamma 4) and each tree (default
@@ -244,16 +246,17 @@ write-chat)
   real_env
   N="${1:-2000}"; D="${GEN_DIR:-/root/chat}"; mkdir -p "$D"; S="${START:-0}"
   W=(python3 project/write_chat.py); F=(--batch "${BATCH:-256}" --backend cuda --no-progress)
-  for style in topics magpie; do
-    start=$S; [ $style = magpie ] && start=$(( S + 500000 ))
+  STYLES="${STYLES:-topics magpie}"
+  for style in $STYLES; do
+    start=$S; [ $style = magpie ] && start=$(( S + 500000 )); [ $style = texts ] && start=$(( S + 1000000 ))
     f="$D/requests_$style.jsonl"; have=$(cat "$f" 2>/dev/null | wc -l)
     [ "$have" -ge "$N" ] && continue
     PAT='rc=|Error|error|wrote|tokens' run req_$style "${REQ_LIMIT:-110}" "${W[@]}" requests --style $style --n "$N" \
-        --start $start "${F[@]}" -o "$f" $( [ -s "$f" ] && echo --resume )
+        --start $start --max-new-tokens "${REQ_TOKENS:-512}" "${F[@]}" -o "$f" $( [ -s "$f" ] && echo --resume )
     wc -l "$f"
   done
-  cat "$D"/requests_topics.jsonl "$D"/requests_magpie.jsonl > "$D/requests.jsonl"
-  PAT='rc=|Error|error|wrote|tokens' run answers $(( $(left) - 15 )) "${W[@]}" answers "$D/requests.jsonl" --turns 2 \
+  (for style in $STYLES; do cat "$D/requests_$style.jsonl"; done) > "$D/requests.jsonl"
+  PAT='rc=|Error|error|wrote|tokens' run answers $(( $(left) - 15 )) "${W[@]}" answers "$D/requests.jsonl" --turns "${TURNS:-2}" \
       "${F[@]}" -o "$D/answers.jsonl" $( [ -s "$D/answers.jsonl" ] && echo --resume )
   python3 - "$D/answers.jsonl" <<'PY'
 import json, sys
