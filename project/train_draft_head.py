@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--backend cuda's float32 matrix products (the features' and the head's): tf32 on the tensor "
                    "cores (10-bit mantissa inputs, fp32 sums; default) or fp32 (exact; its products ~5x slower on an "
                    "H200); decoding never uses tf32")
+    t.add_argument("--features-by", choices=("auto", "model", "decoder"), default="auto",
+                   help="what computes the target's features: model (its float32 forward, tf32 on the GPU) or decoder "
+                        "(--backend cuda: the CUDA decoder's bf16 prefill, the kernels a head's features come from "
+                        "when it drafts on the GPU, faster); auto (default): decoder on cuda, model on the CPU")
     t.add_argument("--feature-batch", type=int, default=None, metavar="TOKENS",
                    help="the target's features: sequences a forward, up to TOKENS tokens with padding (default 8192 "
                    "on cuda, 0 = one sequence a forward on the CPU)")
@@ -109,6 +113,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise UserError(f"--ttt-steps must be in 1..{TTT_MAX_STEPS}, got {args.ttt_steps}")
     if args.epochs <= 0 or args.lr <= 0:
         raise UserError("--epochs and --lr must be > 0")
+    if args.features_by == "decoder" and args.backend != "cuda":
+        raise UserError("--features-by decoder runs the CUDA decoder: it needs --backend cuda")
     return args
 
 
@@ -187,11 +193,22 @@ def main(argv: list[str] | None = None) -> int:
     held = held_main + held_gen
     t0 = time.perf_counter()
     seqs = held + train  # held-out first: a time-limited extraction always has them
-    store = FeatureStore(Path(args.features) if args.features else out / "features", seqs, target.config.hidden_size, fp)
+    by = args.features_by if args.features_by != "auto" else ("decoder" if args.backend == "cuda" else "model")
+    # the features' maker is part of their key: a folder of the other kind's is computed afresh, never mixed
+    store = FeatureStore(Path(args.features) if args.features else out / "features", seqs, target.config.hidden_size,
+                         fp if by == "model" else f"{fp}|decoder-bf16")
     feature_batch = args.feature_batch if args.feature_batch is not None else (8192 if args.backend == "cuda" else 0)
     share = 1.0 if args.features_only else 0.5
+    rows_of = None
+    if by == "decoder" and store.done < len(seqs):
+        from minitorch.cuda.decoder import CudaDecoder
+        from project.training.features import DecoderRows
+
+        longest = max(len(s.ids) for s in seqs)
+        rows_of = DecoderRows(CudaDecoder.from_model(target, max_len=longest + 128, max_tokens=128))
     store.extract(target, progress=not args.quiet, time_limit=args.time_limit * share if args.time_limit else None,
-                  batch_tokens=feature_batch)
+                  batch_tokens=feature_batch, rows_of=rows_of)
+    del rows_of  # the decoder's bf16 weights and cache go before training
     t_feat = time.perf_counter() - t0
     if args.features_only:
         print(f"features: {store.done} of {len(seqs)} sequences ({int(store.offsets[store.done])} of "

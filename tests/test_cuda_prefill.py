@@ -154,3 +154,34 @@ def test_greedy_speculative_with_filled_caches_equals_greedy(gamma):
     assert res.tokens == greedy and res.stats["draft_forwards"] > 0
     target.graph_prefill = draft.graph_prefill = False
     assert generate_cuda(target, prompt, 40).tokens == greedy  # the eager path's tokens (exact mode)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [3, 16, 37])
+def test_decoder_features_are_the_models_hidden_states_in_bf16(n, monkeypatch):
+    """A draft head's training features by the CUDA decoder's prefill (project/training/features.py DecoderRows,
+    train_draft_head.py --features-by decoder) against the float32 model's final normed hidden states on the CPU:
+    every row within bf16's error (chunks of 16 rows: one partial, one whole, several). A copy that puts every chunk
+    at row 0 (the chunk's offset lost) is caught."""
+    _gpu()
+    from minitorch import FastBackend, tensor
+    from project.training.features import DecoderRows
+    from test_cuda_model import CONFIGS, build, decoder_of
+
+    cfg = CONFIGS[0]
+    model, w = build(cfg, FastBackend, seed=5)
+    ids = [int(t) for t in np.random.default_rng(n).integers(1, cfg["vocab_size"], n)]
+    _, ref = model(tensor([ids], dtype="int64", backend=FastBackend), None, last_n=1, return_hidden=True)
+    ref = np.asarray(ref.to_numpy(), np.float64)[0]
+
+    def worst(rows_of):
+        got = rows_of(ids)
+        assert got.shape == ref.shape
+        return float((np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1)).max())
+
+    dec = decoder_of(cfg, w, max_len=n + 16, max_tokens=16)
+    assert worst(DecoderRows(dec)) < 0.02  # bf16: 2^-8 a rounding, a few of them through two layers
+    if n > 16:
+        fill = dec.fill_cache
+        monkeypatch.setattr(dec, "fill_cache", lambda p, after_chunk: fill(p, lambda s, m: after_chunk(0, m)))
+        assert worst(DecoderRows(dec)) > 0.2

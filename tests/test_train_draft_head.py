@@ -263,6 +263,16 @@ def test_ttt_steps_out_of_range_is_one_line_exit_2(value):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+def test_decoder_features_on_the_cpu_is_one_line_exit_2():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "project/train_draft_head.py", "--features-by", "decoder"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--features-by decoder" in r.stderr and "--backend cuda" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
 def test_ttt_steps_limit_is_the_heads():
     from project.training.ttt import TTT_MAX_STEPS
 

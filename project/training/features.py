@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -45,12 +45,13 @@ class FeatureStore:
         tmp.replace(self.meta_path)
 
     def extract(self, target: Any, progress: bool = True, every: int = 64, time_limit: float | None = None,
-                batch_tokens: int = 0) -> None:
+                batch_tokens: int = 0, rows_of: Callable[[Sequence[int]], np.ndarray] | None = None) -> None:
         """Run the target over every sequence not done yet (no cache), in order; with a time_limit (seconds) stop
         when it is spent (the done ones stay usable, a later call continues). batch_tokens > 0: consecutive
         sequences share a forward, right-padded, while batch x longest <= batch_tokens (a causal position never
         reads a padded one after it): on the GPU one sequence a forward leaves it waiting on the host's launches;
-        0 = one sequence a forward (the CPU's fused forward takes one)."""
+        0 = one sequence a forward (the CPU's fused forward takes one). rows_of(ids) -> (T, D): another way to the
+        features of one sequence, one sequence at a time (DecoderRows: the CUDA decoder's bf16 prefill)."""
         import time
 
         from tqdm import tqdm
@@ -63,20 +64,23 @@ class FeatureStore:
         with no_grad():
             while self.done < len(self.seqs):
                 group, longest = [self.done], len(self.seqs[self.done].ids)
-                while batch_tokens and group[-1] + 1 < len(self.seqs):
+                while batch_tokens and rows_of is None and group[-1] + 1 < len(self.seqs):
                     nxt = max(longest, len(self.seqs[group[-1] + 1].ids))
                     if nxt * (len(group) + 1) > batch_tokens:
                         break
                     group.append(group[-1] + 1)
                     longest = nxt
-                ids = np.zeros((len(group), longest), np.int64)  # padding: token 0, never read by a real position
-                for b, i in enumerate(group):
-                    ids[b, :len(self.seqs[i].ids)] = self.seqs[i].ids
-                _, hidden = target(make_tensor(ids.tolist(), dtype="int64", backend=target.backend), None, last_n=1,
-                                   return_hidden=True)  # (B, T, D)
-                h = np.asarray(hidden.to_numpy(), np.float32)
-                for b, i in enumerate(group):
-                    self.data[self.offsets[i]:self.offsets[i + 1]] = h[b, :len(self.seqs[i].ids)]
+                if rows_of is not None:
+                    self.data[self.offsets[self.done]:self.offsets[self.done + 1]] = rows_of(self.seqs[self.done].ids)
+                else:
+                    ids = np.zeros((len(group), longest), np.int64)  # padding: token 0, never read by a real position
+                    for b, i in enumerate(group):
+                        ids[b, :len(self.seqs[i].ids)] = self.seqs[i].ids
+                    _, hidden = target(make_tensor(ids.tolist(), dtype="int64", backend=target.backend), None,
+                                       last_n=1, return_hidden=True)  # (B, T, D)
+                    h = np.asarray(hidden.to_numpy(), np.float32)
+                    for b, i in enumerate(group):
+                        self.data[self.offsets[i]:self.offsets[i + 1]] = h[b, :len(self.seqs[i].ids)]
                 before, self.done = self.done, group[-1] + 1
                 bar.update(len(group))
                 if self.done // every != before // every or self.done == len(self.seqs):
@@ -93,3 +97,28 @@ class FeatureStore:
         if i >= self.done:
             raise RuntimeError(f"features of sequence {i} not extracted yet")
         return self.data[self.offsets[i]:self.offsets[i + 1]]
+
+
+class DecoderRows:
+    """The features of one sequence by the CUDA decoder (minitorch/cuda/decoder.py): its prefill of the sequence in
+    captured chunks of max_tokens rows (CudaDecoder.fill_cache), each chunk's final normed hidden states (xn, bf16)
+    copied on the device as the chunk is enqueued, read back once a sequence. What a draft head reads when it
+    drafts on the GPU, computed by the kernels that compute it there (bf16 weights and activations), at the
+    prefill's speed instead of the float32 model's ops (tf32). `decoder`: a CudaDecoder whose max_len holds the
+    longest sequence and its last chunk's padding."""
+
+    def __init__(self, decoder: Any) -> None:
+        self.dec = decoder
+        self.buf = decoder.cp.zeros((decoder.max_len, decoder.H), decoder.cp.uint16)
+
+    def __call__(self, ids: Sequence[int]) -> np.ndarray:
+        dec, n = self.dec, len(ids)
+        if n > dec.max_len:
+            raise ValueError(f"a sequence of {n} tokens does not fit the decoder's {dec.max_len} positions")
+
+        def grab(s: int, m: int) -> None:  # xn[0:m] holds positions s..s+m-1 until the next chunk overwrites it
+            with dec.stream:
+                self.buf[s:s + m] = dec.xn[:m]
+
+        dec.fill_cache([int(t) for t in ids], after_chunk=grab)  # synchronises its stream at the end
+        return (self.buf[:n].get().astype(np.uint32) << 16).view(np.float32)
