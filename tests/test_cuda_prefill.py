@@ -160,28 +160,30 @@ def test_greedy_speculative_with_filled_caches_equals_greedy(gamma):
 @pytest.mark.parametrize("n", [3, 16, 37])
 def test_decoder_features_are_the_models_hidden_states_in_bf16(n, monkeypatch):
     """A draft head's training features by the CUDA decoder's prefill (project/training/features.py DecoderRows,
-    train_draft_head.py --features-by decoder) against the float32 model's final normed hidden states on the CPU:
-    every row within bf16's error (chunks of 16 rows: one partial, one whole, several). A copy that puts every chunk
-    at row 0 (the chunk's offset lost) is caught."""
+    train_draft_head.py --features-by decoder) against the float64 model's final normed hidden states: every row
+    within twice the distance that bf16 storage alone puts between them (tests/bf16_sim.py's simulation of the
+    decoder's bf16 buffers, same bf16 weights: 0.017-0.031 of a row's norm here), over chunks of 16 rows (one
+    partial, one whole, several). A copy that puts every chunk at row 0 (the chunk's offset lost) is caught."""
     _gpu()
-    from minitorch import FastBackend, tensor
+    from bf16_sim import forward, round_bf16_f64
+    from minitorch import FastBackend
     from project.training.features import DecoderRows
     from test_cuda_model import CONFIGS, build, decoder_of
 
     cfg = CONFIGS[0]
-    model, w = build(cfg, FastBackend, seed=5)
+    _, w = build(cfg, FastBackend, seed=5)
     ids = [int(t) for t in np.random.default_rng(n).integers(1, cfg["vocab_size"], n)]
-    _, ref = model(tensor([ids], dtype="int64", backend=FastBackend), None, last_n=1, return_hidden=True)
-    ref = np.asarray(ref.to_numpy(), np.float64)[0]
+    ref = forward(cfg, w, ids)[1]["xn"]  # float64
+    sim = forward(cfg, {k: round_bf16_f64(v) for k, v in w.items()}, ids, round=round_bf16_f64)[1]["xn"]
 
-    def worst(rows_of):
-        got = rows_of(ids)
-        assert got.shape == ref.shape
-        return float((np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1)).max())
+    def worst(x):
+        assert x.shape == ref.shape
+        return float((np.linalg.norm(x - ref, axis=1) / np.linalg.norm(ref, axis=1)).max())
 
+    bound = 2 * worst(sim)
     dec = decoder_of(cfg, w, max_len=n + 16, max_tokens=16)
-    assert worst(DecoderRows(dec)) < 0.02  # bf16: 2^-8 a rounding, a few of them through two layers
+    assert worst(DecoderRows(dec)(ids)) <= bound
     if n > 16:
         fill = dec.fill_cache
         monkeypatch.setattr(dec, "fill_cache", lambda p, after_chunk: fill(p, lambda s, m: after_chunk(0, m)))
-        assert worst(DecoderRows(dec)) > 0.2
+        assert worst(DecoderRows(dec)(ids)) > 10 * bound

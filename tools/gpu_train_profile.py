@@ -7,9 +7,13 @@ and cuBLAS call timed alone (LaunchTimer).
     python tools/gpu_train_profile.py [--layers 4] [--batch 8] [--seq 1024] [--ttt 3] [--steps 3]
     python tools/gpu_train_profile.py --ab [--batch 8] [--seq 1024] [--steps 3]
     python tools/gpu_train_profile.py --cpu [--batch 4] [--seq 128] [--steps 3]
+    python tools/gpu_train_profile.py --features-ab [--layers 28] [--batch 16] [--seq 1024]
 
 The features run --layers layers and print their time scaled to the 1.5B's 28; the step is the head's whole step.
 --ab: only the weight-gradient A/B below, on the GPU (TF32 products, as train_draft_head.py trains there).
+--features-ab: the features of --batch random sequences of --seq tokens by the float32 model (TF32, 8 sequences a
+forward, as train_draft_head.py --features-by model) and by the CUDA decoder's prefill (--features-by decoder,
+project/training/features.py DecoderRows), tokens a second each (after a warm-up) and how far apart they are.
 --cpu: that A/B on FastBackend: a shared weight's gradient as one product over all rows (the autodiff's MatMul
 backward now) against a batched product summed afterwards (before), alternating, medians.
 """
@@ -136,7 +140,10 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3, help="timed steps (after one warm-up)")
     ap.add_argument("--ab", action="store_true", help="only the weight-gradient A/B, on the GPU")
     ap.add_argument("--cpu", action="store_true", help="the weight-gradient A/B on the CPU (no GPU needed)")
+    ap.add_argument("--features-ab", action="store_true", help="the features by the model against the decoder's")
     args = ap.parse_args()
+    if args.features_ab:
+        return features_ab(args)
     args.batch = args.batch or (4 if args.cpu else 8)
     args.seq = args.seq or (128 if args.cpu else 1024)
     if args.cpu:
@@ -151,6 +158,48 @@ def main() -> int:
         blas.set_tf32(True)
         return weight_grad_ab(args, make_cuda_backend(), cp.cuda.get_current_stream().synchronize)
     return gpu_profile(args)
+
+
+def features_ab(args) -> int:
+    from minitorch.cuda.runtime import cupy_or_exit
+
+    cp = cupy_or_exit("tools/gpu_train_profile.py")
+    from minitorch import no_grad
+    from minitorch import tensor as make_tensor
+    from minitorch.cuda import blas
+    from minitorch.cuda.decoder import CudaDecoder
+    from minitorch.cuda.ops import make_cuda_backend
+    from project.training.features import DecoderRows
+
+    B, T = args.batch or 16, args.seq or 1024
+    layers = args.layers if args.layers != 4 else 28
+    backend = make_cuda_backend()
+    blas.set_tf32(True)
+    target = random_target(layers, backend)
+    sync = cp.cuda.get_current_stream().synchronize
+    rng = np.random.default_rng(2)
+    seqs = [[int(x) for x in rng.integers(0, 151000, T)] for _ in range(B)]
+    out = {}
+
+    def by_model(group):
+        with no_grad():
+            h = target(make_tensor(group, dtype="int64", backend=backend), None, last_n=1, return_hidden=True)[1]
+            return np.asarray(h.to_numpy(), np.float32)
+
+    rows = DecoderRows(CudaDecoder.from_model(target, max_len=T + 128, max_tokens=128))
+    for name, run in (("model (tf32, 8 a forward)", lambda: np.concatenate([by_model(seqs[i:i + 8])
+                                                                             for i in range(0, B, 8)])),
+                      ("decoder (bf16 prefill)", lambda: np.stack([rows(s) for s in seqs]))):
+        run()  # warm-up (graph capture, cuBLAS plans)
+        sync()
+        t = time.perf_counter()
+        out[name] = run()
+        dt = time.perf_counter() - t
+        print(f"features by the {name}: {B * T} tokens in {dt:.2f} s, {B * T / dt:.0f} tokens/s ({layers} layers)")
+    a, b = out.values()
+    rel = np.linalg.norm(a - b, axis=-1) / np.linalg.norm(a, axis=-1)
+    print(f"relative distance a row, decoder against model: median {np.median(rel):.4f}, max {rel.max():.4f}")
+    return 0
 
 
 def gpu_profile(args) -> int:
