@@ -51,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--limit", type=int, default=None, help="use only the first N problems of --data-file")
     d.add_argument("--heldout", type=int, default=200, help="hold out the last N problems for evaluation (default 200)")
     d.add_argument("--heldout-generated", type=int, default=24, metavar="N",
-                   help="also hold out the last N --generated records that carry their own question (problems the "
-                   "target wrote, e.g. data/selfmath) and report the head's agreement on them (default 24; 0 = none)")
+                   help="also hold out the last N distinct own questions of each folder of --generated records that "
+                   "carry one (what the target wrote: data/chat, data/selfmath...) and report the head's agreement "
+                   "on them, by folder too (default 24; 0 = none)")
     d.add_argument("--max-seq-len", type=int, default=640, help="cut sequences to N tokens (default 640)")
     t = p.add_argument_group("training")
     t.add_argument("--epochs", type=float, default=2.0, help="passes over the training sequences (default 2)")
@@ -134,20 +135,32 @@ def load_sequences(args: argparse.Namespace, tok):
                  for i, r in enumerate(rows)}
     files = [(name, [r for r in read_rows(name) if questions.get(str(r.get("id"))) not in held_questions])
              for name in args.generated]
-    # the last --heldout-generated distinct own questions are held out, in every file they appear in
-    own = list(dict.fromkeys(r["question"] for _, rows_g in files for r in rows_g if isinstance(r.get("question"), str)))
-    held_q = set(own[len(own) - min(args.heldout_generated, len(own)):]) if args.heldout_generated > 0 else set()
-    generated, held_gen, seen = [], [], set()
+    # the last --heldout-generated distinct own questions of each folder of --generated files (data/chat,
+    # data/selfmath, a machine's /root/texts: each kind of text the target wrote) are held out, in every file they
+    # appear in, and reported by folder
+    own: dict[str, list[str]] = {}
+    for name, rows_g in files:
+        own.setdefault(Path(name).parent.name, []).extend(
+            r["question"] for r in rows_g if isinstance(r.get("question"), str))
+    group_of: dict[str, str] = {}  # a held-out question -> its folder
+    for group, qs in own.items():
+        qs = list(dict.fromkeys(qs))
+        for q in qs[len(qs) - min(args.heldout_generated, len(qs)):] if args.heldout_generated > 0 else []:
+            group_of.setdefault(q, group)
+    generated, held_gen, held_groups, seen = [], [], [], set()
     for name, rows_g in files:
         src = Path(name).name
-        generated += generated_sequences(tok, [r for r in rows_g if r.get("question") not in held_q], questions,
+        generated += generated_sequences(tok, [r for r in rows_g if r.get("question") not in group_of], questions,
                                          args.max_seq_len, source=src, seen=seen)
-        held_gen += generated_sequences(tok, [r for r in rows_g if isinstance(r.get("question"), str) and
-                                              r["question"] in held_q], questions, args.max_seq_len,
-                                        source=src, seen=seen)
+        for group in own:
+            s = generated_sequences(tok, [r for r in rows_g if isinstance(r.get("question"), str) and
+                                          group_of.get(r["question"]) == group], questions, args.max_seq_len,
+                                    source=src, seen=seen)
+            held_gen += s
+            held_groups += [group] * len(s)
     # The target's own answers first: under --time-limit the features are extracted in this order, and the
     # text the target writes itself is the data that matters most for acceptance
-    return generated + train, held, held_gen
+    return generated + train, held, held_gen, held_groups
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         cfg = DraftHeadConfig.for_target(target, n_vocab, args.intermediate_size, name=str(args.target))
         head, init = DraftHead(cfg, backend, seed=args.seed), None
-    train, held_main, held_gen = load_sequences(args, tok)
+    train, held_main, held_gen, held_groups = load_sequences(args, tok)
     held = held_main + held_gen
     t0 = time.perf_counter()
     seqs = held + train  # held-out first: a time-limited extraction always has them
@@ -231,14 +244,21 @@ def main(argv: list[str] | None = None) -> int:
     total = args.max_steps or int(round(args.epochs * per_epoch))
     n_main = len(held_main)  # store order: GSM8K's held out, the self-written held out, then training
     held_batches = make_batches([len(s.ids) for s in held_main], args.tokens_per_step, np.random.default_rng(0))
-    gen_batches = [[n_main + i for i in b] for b in make_batches([len(s.ids) for s in held_gen],
-                                                                   args.tokens_per_step, np.random.default_rng(0))]
+    gen_batches = {}  # folder -> batches of its held-out sequences (store indices)
+    for group in dict.fromkeys(held_groups):
+        idx = [n_main + i for i, g in enumerate(held_groups) if g == group]
+        gen_batches[group] = [[idx[i] for i in b] for b in make_batches(
+            [len(seqs[i].ids) for i in idx], args.tokens_per_step, np.random.default_rng(0))]
 
     def evaluate_all() -> dict:
         ev = evaluate(head, held_batches, seqs, store, target, lm_rows, args.ce_weight, eval_steps)
         if gen_batches:
-            g = evaluate(head, gen_batches, seqs, store, target, lm_rows, args.ce_weight, eval_steps)
-            ev["generated"] = {k: g[k] for k in ("loss", "top1", "top1_steps", "tokens") if k in g}
+            by = {g: evaluate(head, b, seqs, store, target, lm_rows, args.ce_weight, eval_steps)
+                  for g, b in gen_batches.items()}
+            ev["generated"] = pool_evals(list(by.values()))
+            if len(by) > 1:
+                ev["generated"]["by_folder"] = {g: {k: e[k] for k in ("top1", "top1_steps", "tokens") if k in e}
+                                                for g, e in by.items()}
         return ev
     print(f"training sequences: {len(train)} ({n_tokens} tokens, "
           f"{sum(b - a for s in train for a, b in answer_spans(s))} answer tokens), held out: {n_main}{f' + {len(held_gen)} self-written' if held_gen else ''}; "
@@ -317,9 +337,25 @@ def _fmt(xs) -> str:
     return " ".join(f"{x:.3f}" for x in xs)
 
 
+def pool_evals(evs: list[dict]) -> dict:
+    """The evaluation of several held-out sets as one: their losses and agreements weighted by the positions each
+    counted (a draft step's own count: training/loop.py evaluate's n_steps)."""
+    n = [sum(e["n_steps"][j] for e in evs) for j in range(len(evs[0]["n_steps"]))]
+    out = {"loss": sum(e["loss"] * e["n_steps"][0] for e in evs) / max(n[0], 1.0),
+           "top1": sum(e["top1"] * e["n_steps"][0] for e in evs) / max(n[0], 1.0),
+           "tokens": int(sum(e["tokens"] for e in evs))}
+    if "top1_steps" in evs[0]:
+        out["top1_steps"] = [float(sum(e["top1_steps"][j] * e["n_steps"][j] for e in evs) / max(n[j], 1.0))
+                             for j in range(len(n))]
+    return out
+
+
 def _fmt_generated(ev: dict) -> str:
     g = ev.get("generated")
-    return f"; self-written held out: top-1 {g['top1']:.3f} (draft steps {_fmt(g['top1_steps'])})" if g else ""
+    if not g:
+        return ""
+    by = "".join(f"; {name} {e['top1']:.3f}" for name, e in g.get("by_folder", {}).items())
+    return f"; self-written held out: top-1 {g['top1']:.3f} (draft steps {_fmt(g['top1_steps'])}){by}"
 
 
 def plot_losses(state, path: Path) -> None:

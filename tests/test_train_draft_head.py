@@ -155,7 +155,7 @@ def test_the_targets_own_answers_come_first_so_a_time_limit_keeps_them(setup):
     model, tok, root, rows = setup
     args = train_draft_head.parse_args(["--target", str(root / "t"), "--data-file", str(root / "train.jsonl"),
                                         "--generated", str(root / "gen.jsonl"), "--heldout", str(HELDOUT)])
-    train, held, held_gen = train_draft_head.load_sequences(args, tok)
+    train, held, held_gen, _ = train_draft_head.load_sequences(args, tok)
     assert not held_gen  # gen.jsonl's records have no question of their own
     sources = [s.source for s in train]
     n_gen = sources.count("gen.jsonl")
@@ -163,7 +163,7 @@ def test_the_targets_own_answers_come_first_so_a_time_limit_keeps_them(setup):
     assert len(held) == HELDOUT and all(s.source == "train.jsonl" for s in held)
     (root / "gen_copy.jsonl").write_text((root / "gen.jsonl").read_text())  # the same answers in a second file
     args.generated = [str(root / "gen.jsonl"), str(root / "gen_copy.jsonl")]
-    twice, _, _ = train_draft_head.load_sequences(args, tok)
+    twice, _, _, _ = train_draft_head.load_sequences(args, tok)
     assert len(twice) == len(train)  # count once
 
 
@@ -394,8 +394,9 @@ def test_self_written_answers_are_held_out_by_question_and_reported(setup, tmp_p
     (tmp_path / "self_copy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[7:]))  # the held ones again
     base = ["--target", str(root / "t"), "--data-file", str(root / "train.jsonl"), "--heldout", str(HELDOUT),
             "--generated", str(tmp_path / "self.jsonl"), str(tmp_path / "self_copy.jsonl")]
-    train, held, held_self = train_draft_head.load_sequences(
+    train, held, held_self, groups = train_draft_head.load_sequences(
         train_draft_head.parse_args(base + ["--heldout-generated", "3"]), tok)
+    assert groups == [tmp_path.name] * 3  # one folder
     prompts = lambda seqs: {tuple(s.ids[:s.n_prompt]) for s in seqs}  # noqa: E731
     assert len(held) == HELDOUT and len(held_self) == 3
     assert not prompts(held_self) & prompts(train)  # no held-out question is trained on, from either file
@@ -403,6 +404,42 @@ def test_self_written_answers_are_held_out_by_question_and_reported(setup, tmp_p
     out = _train(root, "heldgen", "--max-steps", "2", "--heldout-generated", "3", "--generated", str(tmp_path / "self.jsonl"))
     ev = json.loads((out / "report.json").read_text())["evals"][-1]
     assert 0.0 <= ev["generated"]["top1"] <= 1.0 and len(ev["generated"]["top1_steps"]) == 3 and ev["generated"]["tokens"] > 0
+    assert "by_folder" not in ev["generated"]
+
+
+def test_each_folder_of_self_written_text_is_held_out_and_reported_apart(setup, tmp_path):
+    """Each folder of --generated files (data/chat, data/selfmath, a machine's /root/texts) gives its own last N
+    distinct questions to the held-out set, and the evaluation reports each folder's agreement and the pooled one,
+    which weighs each folder by the positions it counted."""
+    model, tok, root, rows = setup
+    for folder, n in (("chat", 6), ("texts", 5)):
+        (tmp_path / folder).mkdir()
+        recs = [{"id": f"{folder}-{i}", "question": f"{folder}: what is {i} plus {i + 1}?", "mode": "spec",
+                 "text": f"It is {2 * i + 1}. " * (4 + 3 * (folder == "texts")), "stop_reason": "stop"}
+                for i in range(n)]
+        (tmp_path / folder / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    gen = [str(tmp_path / "chat" / "answers.jsonl"), str(tmp_path / "texts" / "answers.jsonl")]
+    base = ["--target", str(root / "t"), "--data-file", str(root / "train.jsonl"), "--heldout", str(HELDOUT)]
+    train, held, held_self, groups = train_draft_head.load_sequences(
+        train_draft_head.parse_args(base + ["--generated", *gen, "--heldout-generated", "2"]), tok)
+    assert groups == ["chat", "chat", "texts", "texts"]
+    questions = [tok.decode(s.ids[:s.n_prompt]) for s in held_self]
+    assert "chat: what is 5 plus 6?" in questions[1] and "texts: what is 4 plus 5?" in questions[3]
+    assert sum(s.source == "answers.jsonl" for s in train) == 4 + 3
+    out = _train(root, "heldfolders", "--max-steps", "2", "--heldout-generated", "2", "--generated", *gen)
+    g = json.loads((out / "report.json").read_text())["evals"][-1]["generated"]
+    by = g["by_folder"]
+    assert set(by) == {"chat", "texts"} and g["tokens"] == by["chat"]["tokens"] + by["texts"]["tokens"]
+    pooled = (by["chat"]["top1"] * by["chat"]["tokens"] + by["texts"]["top1"] * by["texts"]["tokens"]) / g["tokens"]
+    assert g["top1"] == pytest.approx(pooled, rel=1e-9)
+
+
+def test_pooled_evaluations_weigh_each_step_by_its_own_positions():
+    a = {"loss": 1.0, "top1": 0.5, "tokens": 10, "top1_steps": [0.5, 0.2], "n_steps": [10.0, 8.0]}
+    b = {"loss": 3.0, "top1": 1.0, "tokens": 30, "top1_steps": [1.0, 0.6], "n_steps": [30.0, 2.0]}
+    p = train_draft_head.pool_evals([a, b])
+    assert p["tokens"] == 40 and p["loss"] == pytest.approx(2.5) and p["top1"] == pytest.approx(0.875)
+    assert p["top1_steps"] == pytest.approx([0.875, (0.2 * 8 + 0.6 * 2) / 10])
 
 
 def test_batched_features_equal_one_sequence_a_forward(setup, tmp_path):

@@ -55,7 +55,8 @@
 #                        ids apart; each style's requests for REQ_LIMIT s, 110, with up to REQ_TOKENS new tokens, 512),
 #                        then answers to all of them, --turns TURNS (2), up to 1,024 new tokens a turn, for the time
 #                        left; files in GEN_DIR (/root/chat), continued with --resume by a later call on the same
-#                        machine; copied gzipped to $OUT (commit under data/chat/)
+#                        machine; copied gzipped to $OUT (commit under data/chat/; STYLES=texts TURNS=1 under
+#                        data/texts/, a folder of its own: train-head holds out and reports each folder apart)
 #
 #   bench-tree [K,D,N...]  draft trees against the chain (issue 44), the shipped head (HEAD_DIR for another), greedy, one
 #                        machine: GSM8K and MATH-500 first BENCH_N (20) with the chain (gamma 4) and each tree (default
@@ -122,7 +123,8 @@ PG='speedup|^spec |^target |time:|identical|rc=|Error|error'
 # features stay in /root/features, so a second call on the same data trains for its whole time limit
 train_head() {
   local GEN=(--generated data/gsm8k/generated/*.jsonl $(ls data/selfmath/answers*.jsonl data/chat/answers*.jsonl.gz \
-    /root/gen/*gen.jsonl /root/gen/answers*.jsonl /root/chat*/answers.jsonl 2>/dev/null)) INIT_ARGS=()
+    data/texts/answers*.jsonl.gz /root/gen/*gen.jsonl /root/gen/answers*.jsonl /root/chat*/answers.jsonl \
+    /root/texts/answers.jsonl 2>/dev/null)) INIT_ARGS=()
   [ -n "${INIT:-}" ] && INIT_ARGS=(--init "$INIT")
   log "train ${GEN[*]} ${INIT_ARGS[*]}"
   python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" "${INIT_ARGS[@]}" \

@@ -191,7 +191,7 @@ def evaluate(head: DraftHead, batches: Sequence[list[int]], seqs: Sequence[Seque
                 tot["n"][j - 1] += n
     loss = [x / max(n, 1.0) for x, n in zip(tot["loss"], tot["n"])]
     top1 = [x / max(n, 1.0) for x, n in zip(tot["top1"], tot["n"])]
-    out: dict[str, Any] = {"loss": loss[0], "top1": top1[0], "tokens": int(tot["n"][0])}
+    out: dict[str, Any] = {"loss": loss[0], "top1": top1[0], "tokens": int(tot["n"][0]), "n_steps": tot["n"]}
     if steps > 1:
         out.update(top1_steps=top1, loss_steps=loss)
     return out
