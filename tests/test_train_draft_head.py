@@ -442,10 +442,26 @@ def test_pooled_evaluations_weigh_each_step_by_its_own_positions():
     assert p["top1_steps"] == pytest.approx([0.875, (0.2 * 8 + 0.6 * 2) / 10])
 
 
+def test_length_groups_take_each_sequence_once_shortest_first_within_the_budget():
+    from project.training.features import length_groups
+
+    lengths = [40, 7, 33, 58, 12, 12, 60, 25, 3, 200]
+    groups = length_groups(lengths, 150)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    flat = [i for g in groups for i in g]
+    assert [lengths[i] for i in flat] == sorted(lengths) and flat.index(4) < flat.index(5)  # ties keep their order
+    assert all(len(g) * max(lengths[i] for i in g) <= 150 for g in groups if len(g) > 1)
+    assert groups[-1] == [9]  # longer than the budget: a forward of its own
+    padded = sum(len(g) * max(lengths[i] for i in g) for g in groups)
+    assert padded == 525 and sum(lengths) == 450  # in their own order the same budget pads them to 606
+    assert length_groups(lengths, 0) == [[i] for i in range(len(lengths))]
+
+
 def test_batched_features_equal_one_sequence_a_forward(setup, tmp_path):
-    """--feature-batch: sequences of several lengths run together, right-padded, and every real position gets the
-    features a forward of its sequence alone gives (float16 on disk, so to float16's precision); a time limit that
-    stops between batches leaves a prefix done, and a later call finishes it to the same rows. Left padding (a
+    """--feature-batch: sequences of several lengths run together, by length within a window, right-padded, and every
+    real position gets the features a forward of its sequence alone gives (float16 on disk, so to float16's
+    precision); a time limit that stops between windows leaves a prefix done, and a later call finishes it to the
+    same rows. Left padding (a
     position reading padding before it) is shown to differ."""
     from minitorch.models.draft_head import target_fingerprint
     from project.training.data import Sequence_
@@ -459,9 +475,9 @@ def test_batched_features_equal_one_sequence_a_forward(setup, tmp_path):
     one = FeatureStore(tmp_path / "one", seqs, model.config.hidden_size, fp)
     one.extract(model, progress=False)
     many = FeatureStore(tmp_path / "many", seqs, model.config.hidden_size, fp)
-    many.extract(model, progress=False, batch_tokens=150, time_limit=0.0)  # stops after its first batch
-    assert 1 < many.done < len(seqs)
-    many.extract(model, progress=False, batch_tokens=150)
+    many.extract(model, progress=False, batch_tokens=150, time_limit=0.0, window=4)  # stops after its first window
+    assert many.done == 4
+    many.extract(model, progress=False, batch_tokens=150, window=4)
     assert many.done == len(seqs)
     for i in range(len(seqs)):
         a, b = np.asarray(one.rows(i), np.float32), np.asarray(many.rows(i), np.float32)

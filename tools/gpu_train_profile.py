@@ -8,12 +8,18 @@ and cuBLAS call timed alone (LaunchTimer).
     python tools/gpu_train_profile.py --ab [--batch 8] [--seq 1024] [--steps 3]
     python tools/gpu_train_profile.py --cpu [--batch 4] [--seq 128] [--steps 3]
     python tools/gpu_train_profile.py --features-ab [--layers 28] [--batch 16] [--seq 1024]
+    python tools/gpu_train_profile.py --features-store [--batch 400]
 
 The features run --layers layers and print their time scaled to the 1.5B's 28; the step is the head's whole step.
 --ab: only the weight-gradient A/B below, on the GPU (TF32 products, as train_draft_head.py trains there).
 --features-ab: the features of --batch random sequences of --seq tokens by the float32 model (TF32, 8 sequences a
 forward, as train_draft_head.py --features-by model) and by the CUDA decoder's prefill (--features-by decoder,
 project/training/features.py DecoderRows), tokens a second each (after a warm-up) and how far apart they are.
+--features-store: where FeatureStore.extract's time goes (the sittings reached ~18k tokens/s against a bare forward's
+40k): --batch sequences of mixed lengths (lognormal around 400 tokens, 32-2,048, as data/chat's conversations) in
+forwards of 8,192 tokens, grouped in order (before) and by length within windows (features.py length_groups), timed
+as forwards alone, with the device-to-host copy, and as the store runs them; then a forward's tokens a second by
+sequence length.
 --cpu: that A/B on FastBackend: a shared weight's gradient as one product over all rows (the autodiff's MatMul
 backward now) against a batched product summed afterwards (before), alternating, medians.
 """
@@ -141,9 +147,12 @@ def main() -> int:
     ap.add_argument("--ab", action="store_true", help="only the weight-gradient A/B, on the GPU")
     ap.add_argument("--cpu", action="store_true", help="the weight-gradient A/B on the CPU (no GPU needed)")
     ap.add_argument("--features-ab", action="store_true", help="the features by the model against the decoder's")
+    ap.add_argument("--features-store", action="store_true", help="where the feature store's time goes")
     args = ap.parse_args()
     if args.features_ab:
         return features_ab(args)
+    if args.features_store:
+        return features_store(args)
     args.batch = args.batch or (4 if args.cpu else 8)
     args.seq = args.seq or (128 if args.cpu else 1024)
     if args.cpu:
@@ -199,6 +208,83 @@ def features_ab(args) -> int:
     a, b = out.values()
     rel = np.linalg.norm(a - b, axis=-1) / np.linalg.norm(a, axis=-1)
     print(f"relative distance a row, decoder against model: median {np.median(rel):.4f}, max {rel.max():.4f}")
+    return 0
+
+
+def features_store(args) -> int:
+    import tempfile
+
+    from minitorch.cuda.runtime import cupy_or_exit
+
+    cp = cupy_or_exit("tools/gpu_train_profile.py")
+    from minitorch import no_grad
+    from minitorch import tensor as make_tensor
+    from minitorch.cuda import blas
+    from minitorch.cuda.ops import make_cuda_backend
+    from project.training.data import Sequence_
+    from project.training.features import WINDOW, FeatureStore, length_groups
+
+    backend = make_cuda_backend()
+    blas.set_tf32(True)
+    target = random_target(args.layers if args.layers != 4 else 28, backend)
+    sync = cp.cuda.get_current_stream().synchronize
+    rng = np.random.default_rng(3)
+    n = args.batch or 400
+    lengths = np.clip(rng.lognormal(np.log(400), 0.8, n), 32, 2048).astype(int)
+    seqs = [Sequence_(ids=[int(x) for x in rng.integers(0, 151000, L)], n_prompt=8, source="random") for L in lengths]
+    total = int(lengths.sum())
+    in_order, i = [], 0  # the grouping before length_groups: consecutive sequences
+    while i < n:
+        g, longest = [i], int(lengths[i])
+        while g[-1] + 1 < n and max(longest, int(lengths[g[-1] + 1])) * (len(g) + 1) <= 8192:
+            longest = max(longest, int(lengths[g[-1] + 1]))
+            g.append(g[-1] + 1)
+        in_order.append(g)
+        i = g[-1] + 1
+    by_length = [[s + j for j in g] for s in range(0, n, WINDOW)
+                 for g in length_groups([int(x) for x in lengths[s:s + WINDOW]], 8192)]
+    for name, groups in (("in order", in_order), ("by length", by_length)):
+        padded = sum(len(g) * int(max(lengths[j] for j in g)) for g in groups)
+        print(f"{n} sequences, {total} tokens; grouped {name}: {padded} with padding, {len(groups)} forwards")
+
+    def forwards(groups, copy: bool) -> float:
+        t = time.perf_counter()
+        with no_grad():
+            for g in groups:
+                longest = int(max(lengths[j] for j in g))
+                ids = np.zeros((len(g), longest), np.int64)
+                for b, j in enumerate(g):
+                    ids[b, :lengths[j]] = seqs[j].ids
+                h = target(make_tensor(ids.tolist(), dtype="int64", backend=backend), None, last_n=1,
+                           return_hidden=True)[1]
+                if copy:
+                    np.asarray(h.to_numpy(), np.float32)
+        sync()
+        return time.perf_counter() - t
+
+    forwards(by_length, False)  # warm-up
+    for name, groups, copy in (("in order, forwards alone", in_order, False),
+                               ("by length, forwards alone", by_length, False),
+                               ("by length, forwards + copy to the host", by_length, True)):
+        dt = forwards(groups, copy)
+        print(f"{name}: {dt:.2f} s, {total / dt:.0f} tokens/s")
+    with tempfile.TemporaryDirectory() as d:
+        store = FeatureStore(Path(d), seqs, 1536, "profile")
+        t = time.perf_counter()
+        store.extract(target, progress=False, batch_tokens=8192)
+        dt = time.perf_counter() - t
+        print(f"FeatureStore.extract (the trainer's path, float16 memory map): {dt:.2f} s, {total / dt:.0f} tokens/s")
+    for T in (256, 512, 1024, 2048):
+        x = make_tensor([[int(v) for v in rng.integers(0, 151000, T)]] * (8192 // T), dtype="int64", backend=backend)
+        with no_grad():
+            target(x, None, last_n=1, return_hidden=True)
+            sync()
+            t = time.perf_counter()
+            for _ in range(3):
+                target(x, None, last_n=1, return_hidden=True)
+            sync()
+        dt = (time.perf_counter() - t) / 3
+        print(f"a forward of {8192 // T} x {T} tokens: {dt * 1e3:.0f} ms, {8192 / dt:.0f} tokens/s")
     return 0
 
 

@@ -19,6 +19,23 @@ from minitorch import no_grad
 from .data import Sequence_
 
 
+WINDOW = 256  # sequences whose forwards are grouped by length (FeatureStore.extract)
+
+
+def length_groups(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
+    """The indices of `lengths` in groups that share a forward, shortest first: each group grows while its size
+    times its longest stays within batch_tokens (0: one index a group, in order)."""
+    if batch_tokens <= 0:
+        return [[i] for i in range(len(lengths))]
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda j: lengths[j]):  # stable: ties keep their order
+        if groups and lengths[i] * (len(groups[-1]) + 1) <= batch_tokens:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
 class FeatureStore:
     """Features (float16) of a list of sequences, computed by `extract` and read by `rows(i)`."""
 
@@ -44,14 +61,16 @@ class FeatureStore:
         tmp.write_text(json.dumps({"key": self.key, "done": self.done, "rows": int(self.offsets[-1]), "dims": self.dims}))
         tmp.replace(self.meta_path)
 
-    def extract(self, target: Any, progress: bool = True, every: int = 64, time_limit: float | None = None,
-                batch_tokens: int = 0, rows_of: Callable[[Sequence[int]], np.ndarray] | None = None) -> None:
-        """Run the target over every sequence not done yet (no cache), in order; with a time_limit (seconds) stop
-        when it is spent (the done ones stay usable, a later call continues). batch_tokens > 0: consecutive
-        sequences share a forward, right-padded, while batch x longest <= batch_tokens (a causal position never
-        reads a padded one after it): on the GPU one sequence a forward leaves it waiting on the host's launches;
-        0 = one sequence a forward (the CPU's fused forward takes one). rows_of(ids) -> (T, D): another way to the
-        features of one sequence, one sequence at a time (DecoderRows: the CUDA decoder's bf16 prefill)."""
+    def extract(self, target: Any, progress: bool = True, time_limit: float | None = None, batch_tokens: int = 0,
+                rows_of: Callable[[Sequence[int]], np.ndarray] | None = None, window: int = WINDOW) -> None:
+        """Run the target over every sequence not done yet (no cache); with a time_limit (seconds) stop when it is
+        spent (the done ones stay usable, a later call continues). batch_tokens > 0: the next `window` sequences are
+        taken together, shortest first, and share forwards, right-padded, while batch x longest <= batch_tokens (a
+        causal position never reads a padded one after it): on the GPU one sequence a forward leaves it waiting on
+        the host's launches, and in their own order data/chat's conversations padded 12.7M tokens to 24.2M (1.91x),
+        by length within windows of 256 to 13.6M (1.08x). A window is done, and saved, as a whole. 0 = one sequence
+        a forward (the CPU's fused forward takes one). rows_of(ids) -> (T, D): another way to the features of one
+        sequence, one sequence at a time (DecoderRows: the CUDA decoder's bf16 prefill)."""
         import time
 
         from tqdm import tqdm
@@ -61,18 +80,18 @@ class FeatureStore:
         t0 = time.perf_counter()
         bar = tqdm(total=len(self.seqs) - self.done, desc="target features", unit="seq",
                    disable=not progress or self.done == len(self.seqs))
+        batched = batch_tokens > 0 and rows_of is None
         with no_grad():
             while self.done < len(self.seqs):
-                group, longest = [self.done], len(self.seqs[self.done].ids)
-                while batch_tokens and rows_of is None and group[-1] + 1 < len(self.seqs):
-                    nxt = max(longest, len(self.seqs[group[-1] + 1].ids))
-                    if nxt * (len(group) + 1) > batch_tokens:
-                        break
-                    group.append(group[-1] + 1)
-                    longest = nxt
-                if rows_of is not None:
-                    self.data[self.offsets[self.done]:self.offsets[self.done + 1]] = rows_of(self.seqs[self.done].ids)
-                else:
+                end = min(len(self.seqs), self.done + (window if batched else 1))
+                for group in length_groups([len(self.seqs[i].ids) for i in range(self.done, end)],
+                                           batch_tokens if batched else 0):
+                    group = [self.done + g for g in group]
+                    if rows_of is not None:
+                        i = group[0]
+                        self.data[self.offsets[i]:self.offsets[i + 1]] = rows_of(self.seqs[i].ids)
+                        continue
+                    longest = max(len(self.seqs[i].ids) for i in group)
                     ids = np.zeros((len(group), longest), np.int64)  # padding: token 0, never read by a real position
                     for b, i in enumerate(group):
                         ids[b, :len(self.seqs[i].ids)] = self.seqs[i].ids
@@ -81,9 +100,9 @@ class FeatureStore:
                     h = np.asarray(hidden.to_numpy(), np.float32)
                     for b, i in enumerate(group):
                         self.data[self.offsets[i]:self.offsets[i + 1]] = h[b, :len(self.seqs[i].ids)]
-                before, self.done = self.done, group[-1] + 1
-                bar.update(len(group))
-                if self.done // every != before // every or self.done == len(self.seqs):
+                before, self.done = self.done, end
+                bar.update(end - before)
+                if batched or self.done % 64 == 0 or self.done == len(self.seqs):  # one at a time: saved every 64
                     self.data.flush()
                     self._save_meta()
                 if time_limit is not None and time.perf_counter() - t0 > time_limit:
