@@ -67,8 +67,9 @@ class FeatureStore:
         spent (the done ones stay usable, a later call continues). batch_tokens > 0: the next `window` sequences are
         taken together, shortest first, and share forwards, right-padded, while batch x longest <= batch_tokens (a
         causal position never reads a padded one after it): on the GPU one sequence a forward leaves it waiting on
-        the host's launches, and in their own order data/chat's conversations padded 12.7M tokens to 24.2M (1.91x),
-        by length within windows of 256 to 13.6M (1.08x). A window is done, and saved, as a whole. 0 = one sequence
+        the host's launches, and in their own order data/chat's and data/selfmath's conversations pad about 12.7M
+        tokens to 24.2M (1.91x; lengths estimated from characters), by length within windows of 256 to 13.6M (1.08x):
+        on one H100 36k tokens/s against 18k (docs/results/h100_features/). A window is done, and saved, as a whole. 0 = one sequence
         a forward (the CPU's fused forward takes one). rows_of(ids) -> (T, D): another way to the features of one
         sequence, one sequence at a time (DecoderRows: the CUDA decoder's bf16 prefill)."""
         import time
