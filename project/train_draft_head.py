@@ -152,10 +152,12 @@ def load_sequences(args: argparse.Namespace, tok):
         src = Path(name).name
         generated += generated_sequences(tok, [r for r in rows_g if r.get("question") not in group_of], questions,
                                          args.max_seq_len, source=src, seen=seen)
-        for group in own:
-            s = generated_sequences(tok, [r for r in rows_g if isinstance(r.get("question"), str) and
-                                          group_of.get(r["question"]) == group], questions, args.max_seq_len,
-                                    source=src, seen=seen)
+        by_group: dict[str, list] = {}  # this file's held-out rows by their question's folder
+        for r in rows_g:
+            if r.get("question") in group_of:
+                by_group.setdefault(group_of[r["question"]], []).append(r)
+        for group, rows_h in by_group.items():
+            s = generated_sequences(tok, rows_h, questions, args.max_seq_len, source=src, seen=seen)
             held_gen += s
             held_groups += [group] * len(s)
     # The target's own answers first: under --time-limit the features are extracted in this order, and the

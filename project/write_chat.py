@@ -38,7 +38,7 @@ import argparse
 import random
 from typing import Any, Iterator
 
-from project.cli_common import run_cli
+from project.cli_common import encode_prompt, run_cli
 from project.one_line_parser import OneLineParser
 from project.settings import UserError
 from project.training.writer import Job, add_step_args, check_output, first_step_rows, kept_question, write_items
@@ -68,7 +68,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "math": ("a word problem about percentages", "a probability question", "an algebra exercise",
              "a geometry question", "a unit conversion", "a question about sequences"),
 }
-WITH_TEXT = ("extraction", "translation", "summarization", "passages")
+WITH_TEXT = ("extraction", "translation", "summarization", "passages")  # requests that carry the text they work on
 # --style texts: the target first writes a text on a subject (sampled), then the request is the benchmarks' form of a
 # task around it (Spec-Bench's translation, summarization, qa and rag prompts are short instructions around a German
 # sentence, a news article, a search-box question, retrieved passages): what --style topics could not make the target
@@ -127,7 +127,6 @@ TEXT_TASKS: dict[str, tuple[str, str]] = {  # kind: (what the target writes firs
 PASSAGE_QUESTION = ("{text}\n\nWrite one question that a reader could answer from the paragraphs above. Write only "
                     "the question.")
 MAX_TEXT_CHARS = 8000  # a texts request's length (an article and its instruction: about 2,000 tokens)
-  # requests that carry the text they work on
 REQUEST = ("Write one message that a user might send to an AI assistant. Kind: {category}. About: {topic}.{text}\n"
            "Write only the user's message, exactly as the user would send it, with nothing before or after it.")
 TEXT_NOTE = " The message must include the full text it refers to (100 to 300 words), written out."
@@ -161,10 +160,6 @@ def text_request(item: dict[str, Any], text: str, question: str | None = None) -
     return TEXT_TASKS[item["category"]][1].format(text=text, question=question, instruction=item["instruction"])
 
 
-def chat_prompt(tok: Any, message: str) -> str:
-    return tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True)
-
-
 def text_request_job(tok: Any, item: dict[str, Any], max_new_tokens: int, seed0: int = 0) -> Job:
     """A texts item's job (training/writer.py): the text (sampled, seed seed0 + index), for passages a question about it
     (seed + 1), then the record with the request around them, or with `question` None and the `raw` text when the
@@ -172,12 +167,12 @@ def text_request_job(tok: Any, item: dict[str, Any], max_new_tokens: int, seed0:
     seed = seed0 + item["index"]
     ask = TEXT_TASKS[item["category"]][0].format(subject=item["topic"], words=item["words"],
                                                  sentences=item["sentences"], document=item["document"])
-    res = yield list(tok.encode(chat_prompt(tok, ask))), max_new_tokens, seed
+    res = yield encode_prompt(tok, ask, chat=True), max_new_tokens, seed
     n, raw = len(res.tokens), tok.decode(list(res.tokens))
     text = clean_request(raw, MAX_TEXT_CHARS) if res.stop_reason == "stop" else None
     question = None
     if text is not None and item["category"] == "passages":
-        res = yield list(tok.encode(chat_prompt(tok, PASSAGE_QUESTION.format(text=text)))), 128, seed + 1
+        res = yield encode_prompt(tok, PASSAGE_QUESTION.format(text=text), chat=True), 128, seed + 1
         n += len(res.tokens)
         question = clean_request(tok.decode(list(res.tokens))) if res.stop_reason == "stop" else None
         text = text if question is not None else None

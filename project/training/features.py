@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from minitorch import no_grad
+from minitorch.models.safetensors_io import bf16_to_float32
 
 from .data import Sequence_
 
@@ -67,11 +68,11 @@ class FeatureStore:
         spent (the done ones stay usable, a later call continues). batch_tokens > 0: the next `window` sequences are
         taken together, shortest first, and share forwards, right-padded, while batch x longest <= batch_tokens (a
         causal position never reads a padded one after it): on the GPU one sequence a forward leaves it waiting on
-        the host's launches, and in their own order data/chat's and data/selfmath's conversations pad about 12.7M
-        tokens to 24.2M (1.91x; lengths estimated from characters), by length within windows of 256 to 13.6M (1.08x):
-        on one H100 36k tokens/s against 18k (docs/results/h100_features/). A window is done, and saved, as a whole. 0 = one sequence
-        a forward (the CPU's fused forward takes one). rows_of(ids) -> (T, D): another way to the features of one
-        sequence, one sequence at a time (DecoderRows: the CUDA decoder's bf16 prefill)."""
+        the host's launches, and in their own order mixed lengths pad to about twice the tokens (random weights of
+        the 1.5B on one H100: 2.07x padded, 17.9k tokens/s; by length within windows of 256: 1.10x, 36.3k, and
+        28.0k with this store's copies; docs/results/h100_features/). A window is done, and saved, as a whole.
+        0 = one sequence a forward (the CPU's fused forward takes one). rows_of(ids) -> (T, D): another way to the
+        features of one sequence, one sequence at a time (DecoderRows: the CUDA decoder's bf16 prefill)."""
         import time
 
         from tqdm import tqdm
@@ -123,9 +124,9 @@ class DecoderRows:
     """The features of one sequence by the CUDA decoder (minitorch/cuda/decoder.py): its prefill of the sequence in
     captured chunks of max_tokens rows (CudaDecoder.fill_cache), each chunk's final normed hidden states (xn, bf16)
     copied on the device as the chunk is enqueued, read back once a sequence. What a draft head reads when it
-    drafts on the GPU, computed by the kernels that compute it there (bf16 weights and activations), at the
-    prefill's speed instead of the float32 model's ops (tf32). `decoder`: a CudaDecoder whose max_len holds the
-    longest sequence and its last chunk's padding."""
+    drafts on the GPU, computed by the kernels that compute it there (bf16 weights and activations); not faster than
+    the float32 model's batched forward (one H100: 30.9k tokens/s against 40.3k, docs/results/h100_features/).
+    `decoder`: a CudaDecoder whose max_len holds the longest sequence and its last chunk's padding."""
 
     def __init__(self, decoder: Any) -> None:
         self.dec = decoder
@@ -141,4 +142,4 @@ class DecoderRows:
                 self.buf[s:s + m] = dec.xn[:m]
 
         dec.fill_cache([int(t) for t in ids], after_chunk=grab)  # synchronises its stream at the end
-        return (self.buf[:n].get().astype(np.uint32) << 16).view(np.float32)
+        return bf16_to_float32(self.buf[:n].get())
