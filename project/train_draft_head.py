@@ -274,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     # with --time-limit the schedule ends when the time does (time_bounded_total): what is left after the features
     budget = args.time_limit - (t1 - t0) if args.time_limit else None
     start_step = state.step
+    if init and held_batches and not state.evals:  # the head it starts from, on the same held-out text: the gain
+        ev = evaluate_all()
+        state.evals.append({"step": 0, **ev})
+        bar.write(f"step 0 (--init): held-out loss {ev['loss']:.4f}, top-1 agreement {ev['top1']:.3f} "
+                  f"(draft steps {_fmt(ev['top1_steps'])})" + _fmt_generated(ev))
     tokens_done = 0
     out_of_time = False
     while state.step < total and not out_of_time:

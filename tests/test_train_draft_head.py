@@ -323,6 +323,11 @@ def test_init_starts_from_a_saved_head_and_records_it(setup, trained):
             assert not np.allclose(b, c, rtol=2e-3, atol=1e-6), n  # not what a run without --init starts from
     training = json.loads((out / "head.json").read_text())["training"]
     assert training["init"]["from"] == str(src) and training["init"]["training"]["steps"] > 1
+    # the starting head is evaluated before the first step: the gain is read off one report; a step of 1e-12
+    # leaves its agreement where it was
+    evals = json.loads((out / "report.json").read_text())["evals"]
+    assert [e["step"] for e in evals] == [0, 1]
+    assert evals[0]["top1"] == pytest.approx(evals[1]["top1"], abs=1e-9)
 
 
 def test_features_of_an_earlier_run_are_reused_where_the_data_match(setup, monkeypatch):

@@ -44,7 +44,10 @@
 #                        next call on the same data (FEATURES_ONLY=1: a call that only fills them, all its time;
 #                        RESUME=1: go on with /root/head's checkpoint). The head goes to /root/head and, in 15 MB parts, to $OUT
 #                        (`cat head.safetensors.part* > head.safetensors`); then (EVAL_N > 0, default 5) its acceptance
-#                        on GSM8K test first EVAL_N and the 0.5B draft's, on the eager engine in float32
+#                        on GSM8K test first EVAL_N and the 0.5B draft's, on the eager engine in float32.
+#                        GEN_FILES: the --generated files instead of all of the above; SHIP=1: also compressed by
+#                        project/ship_head.py into /root/head_int4 (back as head_int4.safetensors + head_int4.json),
+#                        the logs packed in train_logs.tgz; NEED=FILE: stop at once when FILE is missing
 #
 # Batched decoding and the general text (the real target staged; carry .whl)
 #   batch-check          tests/test_cuda_batch.py, then project/bench/batch_throughput.py on the real target (BATCHES,
@@ -125,6 +128,7 @@ train_head() {
   local GEN=(--generated data/gsm8k/generated/*.jsonl $(ls data/selfmath/answers*.jsonl data/chat/answers*.jsonl.gz \
     data/texts/answers*.jsonl.gz /root/gen/*gen.jsonl /root/gen/answers*.jsonl /root/chat*/answers.jsonl \
     /root/texts/answers.jsonl 2>/dev/null)) INIT_ARGS=()
+  [ -n "${GEN_FILES:-}" ] && GEN=(--generated $GEN_FILES)
   [ -n "${INIT:-}" ] && INIT_ARGS=(--init "$INIT")
   log "train ${GEN[*]} ${INIT_ARGS[*]}"
   python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" "${INIT_ARGS[@]}" \
@@ -294,11 +298,17 @@ bench-specbench)
   gzip -c "$F" > "$OUT/sb_$NAME.jsonl.gz"
   ;;
 train-head)
+  [ -n "${NEED:-}" ] && [ ! -s "$NEED" ] && { echo "NEED: $NEED is missing: not training"; exit 3; }
   real_env
   train_head /root/head "${TRAIN_LIMIT:-420}" 2>&1 | tee "$OUT/train.log" | tail -25
   [ -n "${FEATURES_ONLY:-}" ] && { df -h /root | tail -1; log done; exit 0; }
   split -b 15000000 -d -a 1 /root/head/head.safetensors "$OUT/head.safetensors.part"  # 16 MiB a file comes back
   cp /root/head/head.json /root/head/report.json /root/head/loss.png "$OUT/" 2>/dev/null
+  if [ -n "${SHIP:-}" ]; then
+    python3 project/ship_head.py /root/head -o /root/head_int4 2>&1 | tail -3
+    cp /root/head_int4/head.safetensors "$OUT/head_int4.safetensors"; cp /root/head_int4/head.json "$OUT/head_int4.json"
+    pack train_logs.tgz head.json report.json loss.png train.log  # at most 8 files come back
+  fi
   [ "${EVAL_N:-5}" -gt 0 ] || { log done; exit 0; }
   log "acceptance"
   timeout "${EVAL_LIMIT:-200}" python3 project/benchmark_gsm8k.py --backend cuda --dtype float32 --drafter head \
