@@ -467,3 +467,59 @@ def test_cost_model_derives_per_forward_times_from_raw_timers():
     want = expected_tokens_per_round(0.8, 4.0) * 0.2 / (4 * 0.08 + 0.3)
     assert cost_model_speedup(spec, base) == pytest.approx(want)
     assert cost_model_speedup({"rounds": 5}, base) is None  # a record without acceptance statistics
+
+
+# ----------------------------------------------------------------------------- --repeats: timing on a drifting machine
+
+def test_median_record_is_the_median_runs_record_whole():
+    """The record of median wall time, with its own statistics (not another run's, not a mean of times), every run's
+    seconds in the order run, and whether every run wrote the same text."""
+    from project.evaluation.runner import median_record
+
+    runs = [{"time_s": t, "text": "a", "stats": {"time_prefill": t / 2}} for t in (5.0, 1.0, 3.0)]
+    rec = median_record(runs)
+    assert rec["time_s"] == 3.0 and rec["stats"] == {"time_prefill": 1.5}
+    assert rec["time_s_runs"] == [5.0, 1.0, 3.0] and rec["repeats_identical"]
+    two = median_record([dict(runs[0]), dict(runs[1], text="b")])  # an even count: the lower of the middle two
+    assert two["time_s"] == 1.0 and not two["repeats_identical"]
+    assert "time_s_runs" not in runs[2]  # the runs' own records untouched
+
+
+def test_modes_alternate_which_runs_first_and_records_keep_their_order():
+    """Problem k's r-th repetition runs spec first when k + r is even, target first when odd; the records come out
+    one a (problem, mode), spec then target, each after its problem's repetitions."""
+    from project.evaluation.runner import timed_records
+    from project.evaluation.data import Problem
+
+    calls, clock = [], iter(range(1, 100))
+    problems = [Problem(f"p{i}", i, "q", "1") for i in (4, 7)]
+
+    def run(problem, mode):
+        calls.append((problem.index, mode))
+        return {"id": problem.id, "mode": mode, "time_s": float(next(clock)), "text": "t"}
+
+    recs = list(timed_records([(p, m) for p in problems for m in ("spec", "target")], run, repeats=3))
+    assert calls == [(4, "spec"), (4, "target"), (4, "target"), (4, "spec"), (4, "spec"), (4, "target"),
+                     (7, "target"), (7, "spec"), (7, "spec"), (7, "target"), (7, "target"), (7, "spec")]
+    assert [(r["id"], r["mode"]) for r in recs] == [("p4", "spec"), ("p4", "target"), ("p7", "spec"), ("p7", "target")]
+    assert recs[0]["time_s_runs"] == [1.0, 4.0, 5.0] and recs[0]["time_s"] == 4.0
+    calls.clear()
+    one = list(timed_records([(p, m) for p in problems for m in ("spec", "target")], run))
+    assert calls == [(4, "spec"), (4, "target"), (7, "target"), (7, "spec")]
+    assert [r["mode"] for r in one] == ["spec", "target", "spec", "target"] and "time_s_runs" not in one[0]
+
+
+def test_repeats_run_each_generation_n_times_and_record_it(tmp_path, data_file, capsys):
+    out = tmp_path / "r.jsonl"
+    engine = FakeEngine()
+    args = ["--data-file", str(data_file), "--limit", "2", "-o", str(out), "--no-plots"]
+    assert run(args + ["--repeats", "3"], engine) == 0
+    assert sorted(engine.calls) == sorted([(p["question"], m) for p in PROBLEMS[:2] for m in ("spec", "target")] * 3)
+    recs = read_results(out)
+    assert [(r["index"], r["mode"]) for r in recs] == [(0, "spec"), (0, "target"), (1, "spec"), (1, "target")]
+    assert all(len(r["time_s_runs"]) == 3 and r["repeats_identical"] and r["config"]["repeats"] == 3 for r in recs)
+    assert run(args + ["--resume"], FakeEngine()) == 2  # another --repeats than the file's: refused
+    assert "repeats" in capsys.readouterr().err
+    assert run(args + ["-o", str(tmp_path / "b.jsonl"), "--repeats", "2", "--batch", "4", "--modes", "target"],
+               FakeEngine()) == 2
+    assert "--repeats 2" in capsys.readouterr().err

@@ -77,6 +77,10 @@ def build_parser(bench: BenchSpec) -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true", help="continue an existing results file, skipping finished problems")
     r.add_argument("--compare-hf", action="store_true",
                    help="also run transformers greedy and assisted generation on the same prompts (needs torch)")
+    r.add_argument("--repeats", type=int, default=1, metavar="N",
+                   help="time each generation N times, a problem's modes alternating which runs first, and keep the "
+                        "median run's record (every run's seconds in time_s_runs): per-problem speedups on a machine "
+                        "whose speed drifts (default 1; one at a time, not with --batch or --ray)")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_batch_args(r)
@@ -134,6 +138,11 @@ def run_main(bench: BenchSpec, argv: Sequence[str], engine_factory: EngineFactor
     check_ray_args(args)
     resolve_settings(args)  # every engine flag checked before any problem or model loads (load_engine resolves again)
     modes = parse_modes(args.modes, args.batch)
+    if args.repeats < 1:
+        raise BenchmarkError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.repeats > 1 and (args.batch > 1 or args.ray is not None):
+        raise BenchmarkError(f"--repeats {args.repeats} times one generation at a time in this process: not with "
+                             f"{'--batch' if args.batch > 1 else '--ray'}")
     if args.batch > 1 and (args.compare_hf or args.ray is not None):
         raise BenchmarkError(f"--batch {args.batch} runs the target's batch in this process: not with "
                              f"{'--compare-hf' if args.compare_hf else '--ray'}")
@@ -150,6 +159,8 @@ def run_main(bench: BenchSpec, argv: Sequence[str], engine_factory: EngineFactor
     all_modes = modes + (list(HF_MODES) if args.compare_hf else [])
     base = {"benchmark": bench.name, "dataset": str(args.data_file or args.dataset),
             "max_new_tokens": args.max_new_tokens, "system_prompt": bool(args.system_prompt)}
+    if args.repeats > 1:  # only when on, so earlier result files still resume
+        base["repeats"] = args.repeats
     if args.ray is not None:  # the models load in the Ray workers (distributed.py), each adding its engine's config
         old_handler = signal.signal(signal.SIGTERM, _sigterm)
         try:
@@ -168,7 +179,8 @@ def run_main(bench: BenchSpec, argv: Sequence[str], engine_factory: EngineFactor
         outcome = run_benchmark(problems, gens, engine.tokenizer, output, config, args.max_new_tokens,
                                 resume=args.resume, seed=engine.config.get("seed", 0),
                                 system_prompt=_system_prompt(args), shard=args.shard,
-                                progress=not args.no_progress, batch=engine.batch if args.batch > 1 else None)
+                                progress=not args.no_progress, batch=engine.batch if args.batch > 1 else None,
+                                repeats=args.repeats)
     finally:
         signal.signal(signal.SIGTERM, old_handler)
     return _finish(outcome, output, args)

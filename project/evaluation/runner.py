@@ -31,7 +31,7 @@ from .grading import grade
 
 MODE_ORDER = ("spec", "target", "hf_greedy", "hf_assisted")
 # Fields that differ between two runs of the same generation (timing); the rest is reproducible.
-VOLATILE_FIELDS = ("time_s", "tokens_per_s", "stats", "finished_at", "shard")
+VOLATILE_FIELDS = ("time_s", "tokens_per_s", "stats", "finished_at", "shard", "time_s_runs")
 
 
 GenerateFn = Callable[[list[int], int, int], Any]  # (prompt_ids, max_new_tokens, seed) -> result
@@ -473,17 +473,53 @@ class Progress:
             self.bar.close()
 
 
+def median_record(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One (problem, mode)'s record from its repeated runs: the run of median wall time (the lower of the middle two
+    for an even count), whole, so its time splits and statistics are that run's; with every run's seconds
+    (`time_s_runs`, in the order run) and whether every run wrote the same text (`repeats_identical`)."""
+    by_time = sorted(range(len(runs)), key=lambda i: runs[i]["time_s"])
+    rec = dict(runs[by_time[(len(runs) - 1) // 2]])
+    rec["time_s_runs"] = [float(r["time_s"]) for r in runs]
+    rec["repeats_identical"] = all(r["text"] == runs[0]["text"] for r in runs)
+    return rec
+
+
+def timed_records(todo: Sequence[tuple[Problem, str]], run: Callable[[Problem, str], dict[str, Any]],
+                  repeats: int = 1) -> Iterator[dict[str, Any]]:
+    """The records of the (problem, mode) pairs, one problem at a time, its modes in alternating order: problem k's
+    (its `index`) r-th repetition runs them in `todo`'s order when k + r is even, reversed when odd, so neither mode
+    always runs first (a machine whose speed drifts, or a first run that warms a cache, favours no mode). A problem's
+    records are yielded when its runs are done, in `todo`'s order (an interrupted run loses at most the unfinished
+    problem's); with repeats > 1 each is median_record of its runs."""
+    groups: dict[str, tuple[Problem, list[str]]] = {}
+    for problem, mode in todo:
+        groups.setdefault(problem.id, (problem, []))[1].append(mode)
+    for problem, pmodes in groups.values():
+        runs: dict[str, list[dict[str, Any]]] = {m: [] for m in pmodes}
+        for r in range(repeats):
+            for mode in (pmodes if (problem.index + r) % 2 == 0 else pmodes[::-1]):
+                runs[mode].append(run(problem, mode))
+        yield from (runs[m][0] if repeats == 1 else median_record(runs[m]) for m in pmodes)
+
+
 def run_benchmark(problems: Sequence[Problem], modes: Mapping[str, GenerateFn], tokenizer: Tokenizer,
                   output: str | Path, config: Mapping[str, Any], max_new_tokens: int, *,
                   resume: bool = False, seed: int = 0, system_prompt: str | None = None,
-                  shard: str = "0/1", progress: bool = True, batch: BatchFn | None = None) -> RunOutcome:
+                  shard: str = "0/1", progress: bool = True, batch: BatchFn | None = None,
+                  repeats: int = 1) -> RunOutcome:
     """Run every (problem, mode) not yet in `output`, appending one record as each finishes.
 
     `config` describes the settings (it is stored on every line and checked on resume). Problem
     `index` offsets `seed`, so a sharded run samples exactly what one run would. A KeyboardInterrupt
     stops the loop after the finished generations were written; the outcome says it was interrupted. batch
     (--batch N): the generations run together through it (batch_records), records written as each finishes.
+    One at a time, a problem's modes alternate which runs first (timed_records); repeats N: each generation runs N
+    times and its record is the median run's (median_record), written after the problem's N repetitions.
     """
+    if repeats < 1:
+        raise BenchmarkError(f"--repeats must be >= 1, got {repeats}")
+    if repeats > 1 and batch is not None:
+        raise BenchmarkError("--repeats times one generation at a time: not with --batch")
     if max_new_tokens < 1:
         raise BenchmarkError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
     unknown = [m for m in modes if not callable(modes[m])]
@@ -503,8 +539,9 @@ def run_benchmark(problems: Sequence[Problem], modes: Mapping[str, GenerateFn], 
         with ResultsWriter(output) as writer:
             for rec in (batch_records(todo, batch, tokenizer, config, max_new_tokens, seed, system_prompt, shard)
                         if batch is not None else
-                        (run_generation(problem, mode, modes[mode], tokenizer, *prompt_of(problem), config,
-                                        max_new_tokens, seed, shard) for problem, mode in todo)):
+                        timed_records(todo, lambda problem, mode: run_generation(
+                            problem, mode, modes[mode], tokenizer, *prompt_of(problem), config, max_new_tokens, seed,
+                            shard), repeats)):
                 writer.write(rec)
                 outcome.new.append(rec)
                 bar.add(rec)
