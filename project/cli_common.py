@@ -80,7 +80,8 @@ class Models:
                            extend=s.extend if kind in ("model", "head") else 0,
                            propose_vocab=s.draft_vocab if kind == "model" else 0,
                            adaptive=s.adaptive if adaptive is None else adaptive,
-                           tree=s.tree if kind == "head" else None)
+                           tree=s.tree if kind == "head" else None,
+                           lookup=(s.lookup or 0) if kind == "head" else 0)
         return make_engine(self.target, spec, sampling or s.sampling, self.stop_ids, self.vocab_size)
 
 

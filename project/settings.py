@@ -106,7 +106,7 @@ def add_sampling_args(p: argparse.ArgumentParser, default_max_new_tokens: int = 
 
 
 def add_spec_args(p: argparse.ArgumentParser) -> None:
-    """--gamma, --adaptive-gamma, --draft-budget, --draft-vocab, --draft-tree, --draft-extend."""
+    """--gamma, --adaptive-gamma, --draft-budget, --draft-vocab, --draft-tree, --draft-extend, --draft-lookup."""
     g = p.add_argument_group("speculative decoding")
     g.add_argument("--gamma", type=int, default=None,
                    help="tokens drafted a round (default by drafter and engine, settings.default_gamma: 4; 3 for a "
@@ -142,6 +142,12 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                         "Default (settings.default_extend): 4 on the CUDA-graph path with a draft model, an exact "
                         "tensor-core verify and a fixed gamma (GSM8K on an H200: 1.68x the target alone vs 1.44x "
                         "for gamma 4 without); 0 elsewhere (on the CPU it did not pay: 1.11x vs 1.14x)")
+    g.add_argument("--draft-lookup", type=int, default=None, metavar="M",
+                   help="the draft head's greedy rounds: prompt lookup first, where the context's last M or more "
+                        "tokens (up to 3) occurred before, the round drafts what followed them instead of the "
+                        "head's tokens (summaries, answers from given passages, rewrites copy their context); "
+                        "lossless; 0 = off. Default (settings.default_lookup): "
+                        f"{HEAD_LOOKUP} with a head")
 
 
 def add_batch_args(p: argparse.ArgumentParser) -> None:
@@ -208,6 +214,7 @@ class Settings:
     gpu: GpuSettings = field(default_factory=GpuSettings)
     gamma: Optional[int] = None
     extend: Optional[int] = None
+    lookup: Optional[int] = None  # --draft-lookup: None until for_head decides it (default_lookup)
     draft_vocab: int = 0
     adaptive: bool | str = False  # True: --adaptive-gamma; "cost": the draft budget (default_budget)
     budget: str = "auto"  # --draft-budget as given: for_head decides auto once the drafter is known
@@ -248,10 +255,14 @@ class Settings:
             drafter = "head" if folder is not None and not self.model_flags else "model"
         if self.tree is not None and drafter != "head":
             raise UserError("--draft-tree is drafted by a draft head, and none is found for this target (--head DIR)")
+        if self.lookup and drafter != "head":
+            raise UserError("--draft-lookup comes before a draft head's drafts, and none is found for this target "
+                            "(--head DIR)")
         s = self.with_budget(drafter)
         extend = s.extend if s.extend is not None else default_extend(drafter, s)
         gamma = s.gamma if s.gamma is not None else default_gamma(drafter, s.graphs, extend if s.extend is None else 0)
-        return replace(s, drafter=drafter, extend=extend, gamma=gamma)
+        lookup = s.lookup if s.lookup is not None else default_lookup(drafter, s, extend)
+        return replace(s, drafter=drafter, extend=extend, gamma=gamma, lookup=lookup)
 
     def record(self) -> dict[str, Any]:
         """The settings every benchmark result line carries (a resumed run must match them)."""
@@ -270,6 +281,8 @@ class Settings:
             config["draft_extend"] = self.extend
         if self.tree and self.drafter == "head":  # likewise
             config["draft_tree"] = list(self.tree)
+        if self.lookup and self.drafter == "head":  # likewise
+            config["draft_lookup"] = self.lookup
         if self.backend == "cuda":  # which GPU paths ran; the cpu's settings stay as before, so its old results resume
             config["gpu"] = self.gpu.record()
         return config
@@ -279,6 +292,7 @@ GAMMA = 4  # tokens drafted a round, unless the table below says otherwise
 HEAD_CPU_GAMMA = 3  # a draft head on the CPU engine: GSM8K first 20, 1.56x at 3 against 1.44x at 4 (docs/RESULTS.md)
 HEAD_GPU_GAMMA = 4  # ... on the CUDA-graph engine: 2.20x on GSM8K first 20 at 4 (docs/RESULTS.md)
 GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8 verify rows, the best measured
+HEAD_LOOKUP = 0  # --draft-lookup's default with a head: off until measured
 
 
 def default_budget(budget: str, graphs: bool, drafter: str = "auto", shaped: bool = False) -> bool | str:
@@ -299,6 +313,13 @@ def default_gamma(drafter: str, graphs: bool, default_extend: int = 0) -> int:
     if drafter == "model" and graphs and default_extend:
         return GPU_MODEL_GAMMA
     return GAMMA
+
+
+def default_lookup(drafter: str, s: Settings, extend: int = 0) -> int:
+    """--draft-lookup's default: HEAD_LOOKUP for a head's greedy chains (not a tree, not --draft-extend); 0
+    elsewhere."""
+    on = drafter == "head" and s.tree is None and not extend and s.sampling.greedy
+    return HEAD_LOOKUP if on else 0
 
 
 def default_extend(drafter: str, s: Settings) -> int:
@@ -325,6 +346,7 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
                  "--draft" if get("draft", d.draft) != d.draft else "", "--gamma" if gamma is not None else "",
                  "--draft-extend" if extend is not None else "", "--draft-vocab" if draft_vocab else "",
                  "--draft-tree" if get("draft_tree", None) else "",
+                 "--draft-lookup" if get("draft_lookup", None) else "",
                  "--adaptive-gamma" if get("adaptive_gamma", False) else "",
                  f"--draft-budget {get('draft_budget', 'auto')}" if get("draft_budget", "auto") != "auto" else ""]
         flag = next((f for f in given if f), None)
@@ -348,6 +370,18 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
                         "price")
     if get("head", None) and drafter not in ("head", "auto"):
         raise UserError(f"--head names a draft head: it needs --drafter head (or auto), not --drafter {drafter}")
+    lookup = get("draft_lookup", None)
+    if lookup is not None:
+        if not 0 <= lookup <= 3:
+            raise UserError(f"--draft-lookup is the shortest n-gram matched, 0 (off) to 3, got {lookup}")
+        if lookup and drafter not in ("head", "auto"):
+            raise UserError(f"--draft-lookup comes before a draft head's drafts: it needs --drafter head (or auto), "
+                            f"not --drafter {drafter}")
+        if lookup and get("temperature", 0.0) > 0:
+            raise UserError("--draft-lookup is greedy only (looked-up drafts replace the head's, whose "
+                            "probabilities a sampled round's acceptance reads): drop --temperature or the lookup")
+        if lookup and (extend or get("draft_tree", None)):
+            raise UserError(f"--draft-lookup and {'--draft-extend' if extend else '--draft-tree'}: choose one")
     tree = parse_tree(get("draft_tree", None))
     if tree is not None:
         if drafter not in ("head", "auto"):
@@ -382,7 +416,7 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
         gpu=GpuSettings(fast_verify=bool(get("fast_verify", False)), gemv=get("gpu_gemv", "auto"),
                         draft_gemv=get("gpu_draft_gemv", "auto"), draft_weights=get("gpu_draft_weights", "auto"),
                         prefill=get("gpu_prefill", "graph")),
-        gamma=gamma, extend=extend, draft_vocab=draft_vocab,
+        gamma=gamma, extend=extend, lookup=lookup, draft_vocab=draft_vocab,
         adaptive=adaptive_flag, budget=budget,
         sampling=sampling, max_new_tokens=max_new, batch=batch, tree=tree).with_budget(drafter)
 

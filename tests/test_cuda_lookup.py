@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cuda_helpers import needs_gpu, use_broken_kernels
-from test_generation_cuda_host import lookup_reference
+from test_generation_cuda_host import lookup_reference, lookup_select_reference
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 
@@ -92,3 +92,39 @@ def test_a_lookup_taking_the_earliest_match_fails_the_first_two_tests(monkeypatc
     for check in (test_lookup_matches_the_reference_on_random_contexts, lambda: test_lookup_on_long_contexts(600)):
         with pytest.raises(AssertionError):
             check()
+
+
+def run_select(ctx, drafts, k, min_n, slack=4):
+    """ngram_select over ctx with the round's drafts in ttok[1..]: the k tokens there afterwards (the drafts when it
+    selected nothing), checking it wrote nothing else."""
+    import cupy as cp
+
+    from minitorch.cuda.launch import LOOKUP_THREADS
+    from minitorch.cuda.runtime import kernels
+
+    cbuf = cp.asarray(np.asarray(list(ctx) + [-7] * slack, np.int64))
+    clen = cp.asarray(np.asarray([len(ctx)], np.int32))
+    ttok = np.full(1 + k + slack, -9, np.int64)
+    ttok[1:1 + k] = drafts
+    t = cp.asarray(ttok)
+    kernels().launch("ngram_select", (1,), (LOOKUP_THREADS,),
+                     (t, cbuf, clen, np.int32(k), np.int32(3), np.int32(min_n)))
+    got = t.get()
+    assert got[0] == -9 and np.all(got[1 + k:] == -9) and int(clen.get()[0]) == len(ctx)
+    return [int(x) for x in got[1:1 + k]]
+
+
+def test_select_matches_the_reference_on_random_and_long_contexts():
+    """--draft-lookup's kernel: prompt lookup's tokens where an n-gram of min_n or more matched, else the drafts
+    untouched; random short-alphabet contexts, then a long one whose 3-gram match lies far back."""
+    r = np.random.default_rng(1)
+    for case in range(300):
+        V, min_n, k = int(r.integers(2, 10)), int(r.integers(1, 4)), int(r.integers(1, 8))
+        ctx = [int(x) for x in r.integers(0, V, int(r.integers(1, 60)))]
+        drafts = [int(x) for x in r.integers(100, 200, k)]
+        want = lookup_select_reference(ctx, k, min_n)
+        assert run_select(ctx, drafts, k, min_n) == (drafts if want is None else want), (case, ctx, min_n)
+    base = [int(x) for x in np.random.default_rng(5).integers(100, 5000, 3000)]
+    ctx = base[:10] + [7, 8, 9, 11, 12] + base[10:] + [7, 8, 9]
+    assert run_select(ctx, [1, 2, 3, 4], 4, 3) == [11, 12] + base[10:12]
+    assert run_select(ctx[:-2] + [8, 10], [1, 2, 3, 4], 4, 2) == [1, 2, 3, 4]  # 8, 10 never occurred: untouched

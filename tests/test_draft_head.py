@@ -615,8 +615,8 @@ class _CheckedHeadDrafter(HeadDrafter):
     keep_drafts: the broken variant, a drafter that keeps its drafted positions (fed the head's own guessed
     features) after a round instead of trimming them."""
 
-    def __init__(self, head, target, keep_drafts=False):
-        super().__init__(head, target)
+    def __init__(self, head, target, keep_drafts=False, lookup=0):
+        super().__init__(head, target, lookup=lookup)
         self.keep_drafts, self.checked, self.mismatch = keep_drafts, 0, []
 
     def _step(self, feats, ids):
@@ -658,3 +658,73 @@ def test_the_head_cache_holds_exactly_the_verified_prefix_after_every_round(targ
     broken = _CheckedHeadDrafter(head, model, keep_drafts=True)
     speculative_generate(model, broken, prompt, 40, SamplingConfig(), gamma=3)
     assert broken.mismatch, "a head that keeps its drafted positions was not caught"
+
+
+# -- prompt lookup first (--draft-lookup) ---------------------------------------------------------------------------
+
+REPEATING = "the cat sat on the mat and the dog sat on the log; the cat sat on the mat and the dog sat on the"
+
+
+def test_lookup_first_follows_the_target_and_keeps_the_heads_cache_exact(target):
+    """Greedy rounds drafted by prompt lookup where a 2-gram matches, by the head elsewhere: the output is the target
+    alone's, some rounds were looked up (a repeating prompt), and the head's cache still holds exactly the verified
+    prefix at every round (its next feed catches up on the positions the looked-up rounds skipped)."""
+    model, tok, _ = target
+    prompt = tok.encode(REPEATING)
+    head = DraftHead(_cfg(model), model.backend, seed=9)
+    d = _CheckedHeadDrafter(head, model, lookup=2)
+    spec = speculative_generate(model, d, prompt, 40, SamplingConfig(), gamma=3)
+    assert spec.tokens == generate(model, prompt, 40, SamplingConfig()).tokens
+    assert 0 < spec.stats["lookup_rounds"] < spec.stats["rounds"] and d.checked >= 3 and not d.mismatch, d.mismatch
+    assert "lookup_rounds" not in speculative_generate(model, HeadDrafter(head, model), prompt, 8, SamplingConfig(),
+                                                       gamma=3).stats
+
+
+def test_a_lookup_round_drafts_what_followed_the_match_without_the_head(target):
+    """Where the context's last M tokens occurred before, propose returns the tokens after their latest occurrence
+    and runs no head step; where only a shorter n-gram matches, the head drafts."""
+    model, _, _ = target
+    head = DraftHead(_cfg(model), model.backend, seed=2)
+    ctx = [5, 6, 7, 8, 9, 5, 6, 7, 4, 5, 6]  # ..., 5, 6 occurred at 0 and 5 (latest: then 7, 4)
+    rng = np.random.default_rng(0)
+    for lookup, want in ((2, [7, 4, 5]), (3, None)):
+        d = HeadDrafter(head, model, lookup=lookup)
+        d.start(ctx, 64, 300)
+        d.observe(np.zeros((len(ctx), head.config.hidden_size), np.float32))
+        f0 = d.forwards
+        drafts, q = d.propose(ctx, 3, SamplingConfig(), rng)
+        if want is not None:
+            assert drafts == want and q is None and d.forwards == f0 and d.lookup_rounds == 1
+        else:  # the last three tokens, 4, 5, 6, never occurred before
+            assert d.forwards > f0 and d.lookup_rounds == 0
+    d = HeadDrafter(head, model, lookup=2)
+    d.start(ctx, 64, 300)
+    d.observe(np.zeros((len(ctx), head.config.hidden_size), np.float32))
+    assert d.propose(ctx, 3, SamplingConfig(temperature=1.0, seed=1), rng)[1] is not None  # sampling: the head
+
+
+def test_looked_up_drafts_are_priced_by_their_measured_acceptance(target):
+    """rollback after a looked-up round counts its drafts by position (judged up to the first rejected); the rate
+    shrinks towards the previous position's; a gate keeps a draft only while p * (its value) covers its row."""
+    model, _, _ = target
+    head = DraftHead(_cfg(model), model.backend, seed=2)
+    ctx = [5, 6, 7, 8, 9, 5, 6, 7, 4, 5, 6]
+    d = HeadDrafter(head, model, lookup=2)
+    d.start(ctx, 64, 300)
+    d.observe(np.zeros((len(ctx), head.config.hidden_size), np.float32))
+    assert d.lookup_rate(0) == pytest.approx(0.5)
+    d.propose(ctx, 3, SamplingConfig(), np.random.default_rng(0))
+    d.rollback(len(ctx) + 1)  # one of the 3 accepted: positions 0 and 1 judged, position 0 accepted
+    assert d._lookup_counts == [[1, 1], [0, 1]]
+    assert d.lookup_rate(0) == pytest.approx((1 + 2 * 0.5) / 3)
+    assert d.lookup_rate(1) == pytest.approx((0 + 2 * d.lookup_rate(0)) / 3)
+    assert d.lookup_rate(2) == pytest.approx(d.lookup_rate(1))  # never judged: the previous position's
+
+    class Gate:  # keeps a draft while p >= 0.4
+        def include(self, i, p):
+            return p >= 0.4
+
+    drafts, _ = d.propose(ctx, 3, SamplingConfig(), np.random.default_rng(0), gate=Gate())
+    assert drafts == [7]  # p = 0.667 kept, then 0.667 * 0.444 = 0.30 refused
+    with pytest.raises(ValueError):
+        HeadDrafter(head, model, lookup=4)

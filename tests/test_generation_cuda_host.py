@@ -83,6 +83,39 @@ def lookup_reference(seq, k, max_n=3):
     return s[N:]
 
 
+def lookup_select_reference(seq, k, min_n, max_n=3):
+    """kernels/lookup.cu ngram_select's k tokens for the context seq, or None (the drafts left as they were): the
+    longest n-gram (min_n <= n <= max_n) ending seq with an earlier occurrence, its latest one, the tokens after it
+    copied forward (past seq's end from the copy itself)."""
+    s, N = list(seq), len(seq)
+    for n in range(min(max_n, N - 1), min_n - 1, -1):
+        starts = [i for i in range(N - n) if s[i:i + n] == s[N - n:]]
+        if starts:
+            src = starts[-1] + n
+            for i in range(k):
+                s.append(s[src + i])
+            return s[N:]
+    return None
+
+
+def test_lookup_select_reference_is_the_cpu_heads_lookup():
+    """Where the CPU engine's head drafts by prompt lookup (drafters.lookup_match with min_ngram M), the device rule
+    selects the same tokens (copying on to k past the context's end); where lookup_match finds no n-gram of M or
+    more, it selects nothing."""
+    from minitorch.generation.drafters import lookup_match
+
+    r = np.random.default_rng(1)
+    for case in range(400):
+        V_, min_n, k = int(r.integers(2, 8)), int(r.integers(1, 4)), int(r.integers(1, 7))
+        seq = [int(t) for t in r.integers(0, V_, int(r.integers(1, 40)))]
+        want, n = lookup_match(seq, k, 3, min_n)
+        got = lookup_select_reference(seq, k, min_n)
+        if not want:
+            assert got is None, (case, seq, k, min_n)
+        else:
+            assert n >= min_n and len(got) == k and got[:len(want)] == want, (case, seq, k, min_n)
+
+
 def test_lookup_reference_extends_the_ngram_drafter():
     """Where NGramDrafter proposes, the device rule proposes the same tokens (then copies on to k); where it
     finds nothing, the last token repeated. Random short-alphabet sequences: matches at every boundary."""
@@ -144,6 +177,12 @@ class Launcher:
         L, gq = int(ctx_len[0]), int(gq)
         seq = list(ctx[:L]) + list(ttok[1:1 + gq])
         ttok[1 + gq:1 + gq + int(k)] = lookup_reference(seq, int(k), int(max_n))
+
+    @staticmethod
+    def ngram_select(ttok, ctx, ctx_len, k, max_n, min_n):  # kernels/lookup.cu
+        got = lookup_select_reference(list(ctx[:int(ctx_len[0])]), int(k), int(min_n), int(max_n))
+        if got is not None:
+            ttok[1:1 + int(k)] = got
 
     @staticmethod
     def context_append(ctx, ctx_len, out, cap):  # kernels/lookup.cu

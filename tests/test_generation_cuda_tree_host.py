@@ -234,3 +234,53 @@ def test_bad_tree_settings_are_one_clear_error():
                     (dict(top_k=0), "top_k"), (dict(cfg=SamplingConfig(temperature=0.7)), "greedy")]:
         with pytest.raises(ValueError, match=msg):
             tree_speculative_generate_cuda(target, head, PROMPT, 10, **kw)
+
+
+# -- a chain with prompt lookup first (--draft-lookup): HeadGpuDrafter.lookup_first, kernels/lookup.cu ngram_select
+
+@pytest.mark.parametrize("lookup", [1, 2, 3])
+@pytest.mark.parametrize("head_kind", ["same", "far"])
+def test_lookup_first_chains_give_the_targets_greedy_text(lookup, head_kind):
+    """The verify graph puts prompt lookup's tokens in the head's drafts' place where an n-gram of `lookup` or more
+    matched: the text is still the target's, and a head that is always wrong ("far") gets drafts accepted from the
+    lookup (the "language" repeats itself), which it never does without."""
+    from minitorch.generation.cuda import HeadGpuDrafter, speculative_generate_cuda
+
+    tab = {"same": TARGET, "far": table(3)}[head_kind]
+    runs = {}
+    for first in (0, lookup):
+        target = TreeTarget(TARGET)
+        res = speculative_generate_cuda(target, HeadGpuDrafter(FakeHead(target, tab), lookup_first=first), PROMPT, 60,
+                                        gamma=4)
+        assert res.tokens == greedy(TARGET, PROMPT, 60)
+        runs[first] = res.stats
+    if head_kind == "far":
+        assert runs[lookup]["accepted"] > runs[0]["accepted"]
+
+
+def test_a_select_over_a_context_that_does_not_grow_is_caught(monkeypatch):
+    """The select reads the context kernels/lookup.cu context_append grows each round: with an append that never
+    runs (the context stays the prompt) its tokens stop following the text, and a head that is always wrong gets
+    few drafts accepted."""
+    from minitorch.generation.cuda import HeadGpuDrafter, speculative_generate_cuda
+
+    def run():
+        target = TreeTarget(TARGET)
+        res = speculative_generate_cuda(target, HeadGpuDrafter(FakeHead(target, table(3)), lookup_first=2), PROMPT,
+                                        60, gamma=4)
+        assert res.tokens == greedy(TARGET, PROMPT, 60)
+        return res.stats["accepted"]
+
+    good = run()
+    monkeypatch.setattr(TreeLauncher, "context_append", staticmethod(lambda ctx, ctx_len, out, cap: None))
+    broken = run()
+    assert broken < good / 2
+
+
+def test_lookup_first_is_greedy_only():
+    from minitorch.generation.cuda import _verify
+
+    target = TreeTarget(TARGET)
+    target.sampling = object()
+    with pytest.raises(ValueError, match="greedy only"):
+        _verify(target, None, 2, 0, lookup=False, select=2)

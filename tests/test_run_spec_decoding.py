@@ -204,6 +204,10 @@ def _run(*args: str) -> subprocess.CompletedProcess:
         (["--draft-tree", "2,3,6", "--temperature", "0.7"], "greedy"),
         (["--draft-extend", "2", "--drafter", "ngram"], "--drafter model or head"),
         (["--draft-extend", "2", "--drafter", "head"], "CUDA-graph engine only"),  # on the CPU: not priced yet
+        (["--draft-lookup", "4"], "0 (off) to 3"),
+        (["--draft-lookup", "2", "--drafter", "model"], "--drafter head"),
+        (["--draft-lookup", "2", "--temperature", "0.7"], "greedy only"),
+        (["--draft-lookup", "2", "--draft-tree", "2,3,6"], "choose one"),
     ],
 )
 def test_flag_errors_exit_2_with_one_line(args, word):
@@ -479,3 +483,33 @@ def test_cpu_activations_sets_the_models_own_mode():
     assert fast_packed.get_activations() == "float32"
     cli_common.set_cpu_activations("float32", FastBackend, [model])
     assert [w.activations for w in weights] == ["float32"] * 3
+
+
+@pytest.mark.parametrize("flags, head, want", [
+    ([], True, 0),  # off until measured (settings.HEAD_LOOKUP)
+    (["--draft-lookup", "2"], True, 2),
+    (["--draft-lookup", "2", "--backend", "cuda"], True, 2),
+    ([], False, 0),  # auto without a head: the draft model, no lookup
+])
+def test_draft_lookup_is_decided_with_the_drafter_and_recorded(flags, head, want, tmp_path):
+    """--draft-lookup stays unset until the drafter is known (for_head); a head's chains take it, it is on every
+    result line when on, and asking for it where auto finds no head is one line."""
+    from project.settings import UserError, resolve_settings
+
+    s = resolve_settings(prog.build_parser().parse_args(flags))
+    assert s.lookup == (int(flags[1]) if flags else None)
+    if not head and flags:
+        with pytest.raises(UserError, match="--draft-lookup"):
+            s.for_head(None)
+        return
+    r = s.for_head(tmp_path if head else None)
+    assert r.drafter == ("head" if head else "model") and r.lookup == want
+    assert r.record().get("draft_lookup") == (want or None)
+
+
+def test_draft_lookup_without_a_head_found_is_one_line(tmp_path):
+    from project.settings import UserError, resolve_settings
+
+    s = resolve_settings(prog.build_parser().parse_args(["--draft-lookup", "2"]))
+    with pytest.raises(UserError, match="none is found"):
+        s.for_head(None)

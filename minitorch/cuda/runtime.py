@@ -31,7 +31,7 @@ KERNEL_FILES: Dict[str, str] = {
     "silu_mul_": "activation", "gate_up_silu_": "activation",
     "decode_advance": "decode", "set_pos": "decode", "batch_advance": "decode",
     "sample_f32": "sampling", "sample_rows_f32": "sampling", "spec_accept": "sampling", "gather_drafts": "sampling",
-    "ngram_lookup": "lookup", "context_append": "lookup",
+    "ngram_lookup": "lookup", "ngram_select": "lookup", "context_append": "lookup",
     "head_": "draft_head",
     "gemv1_": "gemv", "gemv1r8_": "gemv", "gemv1r16_": "gemv", "gemv2_": "gemv", "gemv2r8_": "gemv", "gemv4_": "gemv", "gemv5_": "gemv", "gemv8_": "gemv", "gemv16_": "gemv", "gemvtc8_": "gemv", "gemvtc8w_": "gemv", "gemvtc16_": "gemv", "gemvtc16w_": "gemv",
     "gemvtcb_": "gemv", "gemvtcbw_": "gemv", "gemvtcm_": "gemv", "gemv_resnorm_rows": "gemv",

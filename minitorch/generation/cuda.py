@@ -240,9 +240,12 @@ class HeadGpuDrafter(GpuDrafter):
     0..n-3 and keeps f_{n-2} for the first round. A one-token prompt has no feature: its first round drafts
     nothing (HeadDrafter proposes nothing there too). A round of g = 0 (only a run's last) skips the head."""
 
-    def __init__(self, head: Any, lookup_steps: int | None = None) -> None:
+    def __init__(self, head: Any, lookup_steps: int | None = None, lookup_first: int = 0) -> None:
         self.device = head
         self.lookup_steps = lookup_steps or None  # its tokens a round, continued by prompt lookup (--draft-extend)
+        # greedy rounds: where an n-gram of lookup_first tokens or more ending the context occurred before, the verify
+        # graph replaces the head's drafts by what followed it (kernels/lookup.cu ngram_select; --draft-lookup)
+        self.lookup_first = lookup_first
         self._from_target = False  # the next first step reads the target's verify rows (else the head's own)
         self._T = 1
         self._skip = False  # no feature yet: draft nothing
@@ -369,17 +372,26 @@ def _gather(target: Any, draft: Any, gq: int) -> None:
     target.k.launch("gather_drafts", (1,), (128,), (target.tokens, draft.history, draft.pos, np.int32(gq)))
 
 
-def _verify(target: Any, draft: Any, g: int, gq: int, lookup: bool) -> None:
+def _verify(target: Any, draft: Any, g: int, gq: int, lookup: bool, select: int = 0) -> None:
     """Replay (capturing on first use) the verify graph for g drafts: gather, lookup, target step, accept.
     The first gq drafts are the draft decoder's; with lookup the rest are prompt lookup's (kernels/lookup.cu,
-    point masses to the acceptance rule); a host drafter's (draft None) were written by the host."""
+    point masses to the acceptance rule); a host drafter's (draft None) were written by the host. select = M > 0
+    (greedy only: the drafts' q rows are not replaced): after the gather, ngram_select puts prompt lookup's g tokens
+    in the drafts' place where an n-gram of M or more tokens ending the context occurred before."""
     i32, i64, z = np.int32, np.int64, np.uint64(0)
     sampled = target.sampling is not None
-    key = ("verify", g, gq, lookup, id(draft), target.sampling, None if draft is None else draft.sampling)
+    if select and sampled:
+        raise ValueError("prompt lookup first (select) replaces drafts whose q rows the sampled acceptance reads: "
+                         "greedy only")
+    key = ("verify", g, gq, lookup, select, id(draft), target.sampling, None if draft is None else draft.sampling)
 
     def enqueue() -> None:
         if draft is not None and gq > 0:
             _gather(target, draft, gq)
+        if select and g > 0:
+            target.k.launch("ngram_select", (1,), (LOOKUP_THREADS,),
+                            (target.tokens, target.context, target.context_len, i32(g), i32(LOOKUP_MAX_NGRAM),
+                             i32(select)))
         if lookup and g > gq:
             target.k.launch("ngram_lookup", (1,), (LOOKUP_THREADS,),
                             (target.tokens, target.context, target.context_len, i32(gq), i32(g - gq),
@@ -394,13 +406,13 @@ def _verify(target: Any, draft: Any, g: int, gq: int, lookup: bool) -> None:
                          target.tokens[1:], i32(g), i32(gq), i32(target.nv), target.pos, target.tokens,
                          draft.tokens if draft is not None else z, target.spec_out, target.rng if sampled else z),
                         cluster=(C, 1, 1) if C > 1 else None)
-        if lookup:
+        if lookup or select:
             target.k.launch("context_append", (1,), (128,),
                             (target.context, target.context_len, target.spec_out, i32(target.context.size)))
 
     target.graph_refs[key] = draft  # the graph holds the draft's buffers: keep it alive with the graph
     target.graph(key, enqueue, lambda: target._step(g + 1, True, False),
-                  kernel_names=("gather_drafts", "spec_accept", "ngram_lookup", "context_append"))
+                  kernel_names=("gather_drafts", "spec_accept", "ngram_lookup", "ngram_select", "context_append"))
 
 
 def start_round_loop(target: Any, drafter: GpuDrafter, prompt: list[int], max_new_tokens: int, vocab: int,
@@ -459,6 +471,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     drafter = as_gpu_drafter(drafter)
     draft = drafter.device  # the draft decoder whose drafts and q rows the verify graph reads (None: host)
     steps = drafter.lookup_steps  # --draft-extend: the drafter's tokens a round (prompt lookup continues them)
+    select = getattr(drafter, "lookup_first", 0) if cfg.greedy else 0  # --draft-lookup: greedy rounds only
     _check(target, prompt, max_new_tokens, limit + 1)
     drafter.check(target, prompt, max_new_tokens, limit)
     stops = set(int(s) for s in (stop_ids or ()))
@@ -467,7 +480,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
     st = SpecStats()
     t0 = time.perf_counter()
     start_round_loop(target, drafter, prompt, max_new_tokens, vocab, cfg, st)
-    if steps:  # the context prompt lookup searches (kernels/lookup.cu), grown on the device each round
+    if steps or select:  # the context prompt lookup searches (kernels/lookup.cu), grown on the device each round
         with stream:
             target.context[:len(prompt)].set(np.asarray(prompt, np.int64), stream=stream)
             target.context_len.set(np.asarray([len(prompt)], np.int32), stream=stream)
@@ -483,7 +496,7 @@ def speculative_generate_cuda(target: Any, drafter: Any, prompt_ids: Sequence[in
         if draft is not None:
             st.draft_forwards += max(gq, 0)
         events[1].record(stream)
-        _verify(target, draft, g, gq, lookup=bool(steps))
+        _verify(target, draft, g, gq, lookup=bool(steps), select=select)
         events[2].record(stream)
         res = target.spec_out[:g + 2].get(stream=stream)  # waits for the round
         t_draft = cp.cuda.get_elapsed_time(events[0], events[1]) / 1e3  # GPU time (ms -> s)

@@ -135,19 +135,26 @@ class NGramDrafter:
 
     def propose(self, tokens: Sequence[int], gamma: int, cfg: SamplingConfig,
                 rng: np.random.Generator) -> tuple[list[int], np.ndarray | None]:
-        ctx = np.asarray(tokens, dtype=np.int64)
-        n_ctx = ctx.shape[0]
-        for n in range(min(self.max_ngram, n_ctx - 1), self.min_ngram - 1, -1):
-            tail = ctx[n_ctx - n:]
-            # windows starting at s = 0 .. n_ctx - n - 1 (the tail itself excluded)
-            hit = np.ones(n_ctx - n, dtype=bool)
-            for j in range(n):
-                hit &= ctx[j:n_ctx - n + j] == tail[j]
-            starts = np.flatnonzero(hit)
-            if starts.size:
-                s = int(starts[-1]) + n
-                return [int(t) for t in ctx[s:s + gamma]], None
-        return [], None
+        return lookup_match(tokens, gamma, self.max_ngram, self.min_ngram)[0], None
+
+
+def lookup_match(tokens: Sequence[int], gamma: int, max_ngram: int = 3, min_ngram: int = 1) -> tuple[list[int], int]:
+    """Prompt lookup's rule (NGramDrafter): for n = max_ngram down to min_ngram, the latest earlier occurrence of the
+    context's last n tokens; the first n that has one gives (up to gamma tokens that followed it, n). ([], 0) when
+    none has one."""
+    ctx = np.asarray(tokens, dtype=np.int64)
+    n_ctx = ctx.shape[0]
+    for n in range(min(max_ngram, n_ctx - 1), min_ngram - 1, -1):
+        tail = ctx[n_ctx - n:]
+        # windows starting at s = 0 .. n_ctx - n - 1 (the tail itself excluded)
+        hit = np.ones(n_ctx - n, dtype=bool)
+        for j in range(n):
+            hit &= ctx[j:n_ctx - n + j] == tail[j]
+        starts = np.flatnonzero(hit)
+        if starts.size:
+            s = int(starts[-1]) + n
+            return [int(t) for t in ctx[s:s + gamma]], n
+    return [], 0
 
 
 def point_mass_rows(tokens: Sequence[int], vocab: int) -> np.ndarray:

@@ -21,7 +21,9 @@ A DrafterSpec says who proposes tokens in terms common to both engines:
     "head"   a trained draft head (models/draft_head.py on the CPU; its cuda/head.py HeadDecoder on the GPU); greedy,
              `tree=(top_k, depth, budget)` drafts a tree a round instead of a chain (tree_decoding.py on the CPU,
              cuda_tree.py on the GPU); on the GPU, `extend` continues its gamma tokens by prompt lookup as the draft
-             model's (summaries, passages: text the answer copies)
+             model's (summaries, passages: text the answer copies); `lookup=M` drafts a greedy round by prompt
+             lookup instead of the head where an n-gram of M or more tokens matches (head_drafter.py; on the GPU
+             kernels/lookup.cu ngram_select over the head's gathered drafts)
 
 and `drafter_for` makes the engine's object for it: ModelDrafter / ExtendedDrafter / NGramDrafter / HeadDrafter on
 the CPU (the Drafter protocol, drafters.py), DecoderDrafter / HostDrafter / HeadGpuDrafter on the GPU (the GpuDrafter
@@ -59,6 +61,8 @@ class DrafterSpec:
     head: Any = None  # "head": a DraftHead (CPU engine) or its HeadDecoder (CUDA-graph engine)
     gamma: int = 4  # tokens drafted a round (the model's own when extend > 0)
     extend: int = 0  # "model" (and "head" on the CUDA-graph engine): prompt-lookup tokens after the drafter's gamma
+    lookup: int = 0  # "head", greedy rounds: prompt lookup first, where an n-gram of this many tokens or more (up to
+    # 3) ending the context occurred before, the round drafts what followed it instead of the head's tokens
     propose_vocab: int = 0  # "model": propose among the first n token ids only; 0 = all
     adaptive: bool | str = False  # True: raise gamma after a fully accepted round, lower it after an early
     # rejection; "cost": each round drafts 0..gamma by the measured acceptance and costs (budget.py; CPU engine)
@@ -69,7 +73,7 @@ class DrafterSpec:
     def __post_init__(self) -> None:
         if self.kind not in DRAFTER_KINDS:
             raise ValueError(f"drafter kind must be one of {', '.join(DRAFTER_KINDS)}, got {self.kind!r}")
-        for name in ("gamma", "extend", "propose_vocab"):
+        for name in ("gamma", "extend", "propose_vocab", "lookup"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "gamma" else 0):
                 raise ValueError(f"{name} must be an integer >= {1 if name == 'gamma' else 0}, got {v!r}")
@@ -82,6 +86,13 @@ class DrafterSpec:
         if self.extend and self.kind not in ("model", "head"):
             raise ValueError("extend continues a draft model's or head's tokens by prompt lookup: it needs kind "
                              "'model' or 'head'")
+        if self.lookup:
+            if self.kind != "head":
+                raise ValueError("lookup drafts by prompt lookup before a head: it needs kind 'head'")
+            if self.lookup > 3:
+                raise ValueError(f"lookup is the shortest n-gram matched, 1..3, got {self.lookup}")
+            if self.extend or self.tree is not None:
+                raise ValueError("lookup (prompt lookup first) takes neither extend nor a tree")
         if self.tree is not None:
             if self.kind != "head":
                 raise ValueError("a draft tree is drafted by a head: it needs kind 'head'")
@@ -136,12 +147,12 @@ def drafter_for(spec: DrafterSpec, target: Any, vocab_size: int) -> Any:
         if graphs:  # the head's GPU decoder (minitorch/cuda/head.py) over the target decoder
             from .cuda import HeadGpuDrafter
 
-            return HeadGpuDrafter(spec.head, lookup_steps=steps)
+            return HeadGpuDrafter(spec.head, lookup_steps=steps, lookup_first=spec.lookup)
         if steps:  # a CPU verify row costs a quarter of a step: looked-up rows are the gate's to price, not yet done
             raise ValueError("a head's drafts continued by prompt lookup (extend) run on the CUDA-graph engine only")
         from .head_drafter import HeadDrafter
 
-        return HeadDrafter(spec.head, target)
+        return HeadDrafter(spec.head, target, lookup=spec.lookup)
     if on_graphs(spec.model) != graphs:
         raise ValueError("the draft model and the target must run on the same engine (both CudaDecoders or neither)")
     if graphs:

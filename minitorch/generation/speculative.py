@@ -227,6 +227,8 @@ def speculative_generate(target: Any, drafter: Drafter | Any, prompt_ids: Sequen
     stats = st.as_dict(time.perf_counter() - t0)
     stats["gamma"] = gamma
     stats["adaptive_gamma"] = "cost" if budget is not None else adaptive_gamma
+    if getattr(drafter, "lookup", 0):
+        stats["lookup_rounds"] = drafter.lookup_rounds  # rounds a head drafted by prompt lookup first
     if budget is not None:
         stats["plain_rounds"] = budget.choices.count(0)
         if budget.gated:

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# tools/stage_target.sh on|off|split: the offline target (the 1.5B GGUF alone: the head's work needs no 0.5B) onto a
+# lent GPU machine in as few calls as the 64 MiB a call allows. A call carries the whole tracked tree plus one piece,
+# so the tree's size sets the number of calls: the full tree (~47 MB) leaves 17 MiB a piece, 61 calls; without the
+# folders a staging call does not need (heads/, data/chat/, data/selfmath/, data/gsm8k/generated/, docs/: ~41 MB) a
+# piece is 56 MiB, 19 calls. Every call after a refused start is refused too (15 s of device time each), so fewer
+# calls is also less to lose.
+#
+#   bash tools/stage_target.sh on      # those folders out of the index (git rm --cached) and hidden (.git/info/exclude)
+#   bash tools/stage_target.sh split   # pieces of the GGUF in .stage/p sized to the tree as it is now; .stage/assemble.sh
+#   ... the device calls (below) ...
+#   bash tools/stage_target.sh off     # the folders back in the index: `git status` as before. NEVER commit between
+#
+# The calls, all in ONE message whose first call starts the machine (the machine goes back ~30 s after a call ends,
+# and writing a second message of many calls takes longer than that), each naming the same `kind`:
+#   carry [".stage/assemble.sh", ".stage/p/manifest", ".stage/p/NNN"], command `bash .stage/assemble.sh put NNN`;
+#   the last `bash .stage/assemble.sh put NNN && bash .stage/assemble.sh join` (checks the sha256); then the work
+#   calls (carry [".whl", "minitorch/cuda_kernels"]). A work call that reads the folders taken out (a training call
+#   reads data/chat) needs `off` first: a local bash call placed in the same message before it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SLIM=(heads data/chat data/selfmath data/gsm8k/generated docs)
+EXCL=.git/info/exclude
+MARK="# stage_target.sh: hidden while staging"
+case "${1:-}" in
+  on)
+    git diff --cached --quiet || { echo "the index has staged changes: commit or unstage them first" >&2; exit 1; }
+    grep -qxF "$MARK" "$EXCL" 2>/dev/null && { echo "already on" >&2; exit 1; }
+    git rm -r -q --cached "${SLIM[@]}"
+    { echo "$MARK"; for d in "${SLIM[@]}"; do echo "/$d/"; done; } >> "$EXCL"
+    echo "tracked tree now $(git ls-files -z | xargs -0 cat | wc -c) bytes; 'off' puts ${SLIM[*]} back" ;;
+  off)
+    grep -qxF "$MARK" "$EXCL" 2>/dev/null || { echo "not on" >&2; exit 1; }
+    git reset -q -- "${SLIM[@]}"
+    awk -v m="$MARK" '$0 == m { skip = 1; next } skip && /^\// { next } { skip = 0; print }' "$EXCL" > "$EXCL.tmp"
+    mv "$EXCL.tmp" "$EXCL"
+    git status --short | head -5 ;;
+  split)
+    cache="${MINITORCH_SPEC_CACHE:-$HOME/.cache/minitorch-spec}"; f=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+    [ -f "$cache/$f" ] || { echo "missing $cache/$f: run 'python -m minitorch.models.registry' first" >&2; exit 1; }
+    grep -qx '/.stage/' "$EXCL" 2>/dev/null || echo '/.stage/' >> "$EXCL"
+    tree=$(git ls-files -z | xargs -0 cat | wc -c)
+    psize=$(( 62 * 1048576 - tree ))
+    [ "$psize" -gt 8388608 ] || { echo "the tree ($tree bytes) leaves no room for pieces" >&2; exit 1; }
+    sum=$(cat "$cache/$f.verified" 2>/dev/null || sha256sum "$cache/$f" | cut -d' ' -f1)
+    rm -rf .stage; mkdir -p .stage/p
+    split -b "$psize" -d -a 3 "$cache/$f" .stage/p/
+    ls .stage/p | grep -v manifest | sed "s|\$| $f $sum|" > .stage/p/manifest
+    cat > .stage/assemble.sh <<'SH'
+#!/usr/bin/env bash
+# On the GPU machine: `put NNN` keeps piece NNN in /root/stage; `join` rebuilds the GGUF in /root/cache, sha256 checked.
+set -euo pipefail
+R=/root; mkdir -p "$R/stage" "$R/cache"
+case "$1" in
+  put) cp ".stage/p/$2" .stage/p/manifest "$R/stage/"
+       echo "have $(ls "$R/stage" | grep -vc manifest) of $(wc -l < .stage/p/manifest) pieces";;
+  join) read -r _ f sum < "$R/stage/manifest"
+        cut -d' ' -f1 "$R/stage/manifest" | sed "s|^|$R/stage/|" | xargs cat > "$R/cache/$f"
+        echo "$sum  $R/cache/$f" | sha256sum -c -
+        echo "$sum" > "$R/cache/$f.verified"; rm -rf "$R/stage"; echo "export MINITORCH_SPEC_CACHE=$R/cache";;
+esac
+SH
+    echo "$(wc -l < .stage/p/manifest) pieces of $(( psize / 1048576 )) MiB in .stage/p (tree $tree bytes)" ;;
+  *) sed -n '2,21p' "$0"; exit 2 ;;
+esac
