@@ -147,7 +147,8 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                         "tokens (up to 3) occurred before, the round drafts what followed them instead of the "
                         "head's tokens (summaries, answers from given passages, rewrites copy their context); "
                         "lossless; 0 = off. Default (settings.default_lookup): "
-                        f"{HEAD_LOOKUP} with a head")
+                        f"{HEAD_CPU_LOOKUP} with a head on the CPU (Spec-Bench there: 1.19x against 1.14x without), "
+                        f"{HEAD_GPU_LOOKUP} on the CUDA-graph engine (not yet measured there)")
 
 
 def add_batch_args(p: argparse.ArgumentParser) -> None:
@@ -292,7 +293,10 @@ GAMMA = 4  # tokens drafted a round, unless the table below says otherwise
 HEAD_CPU_GAMMA = 3  # a draft head on the CPU engine: GSM8K first 20, 1.56x at 3 against 1.44x at 4 (docs/RESULTS.md)
 HEAD_GPU_GAMMA = 4  # ... on the CUDA-graph engine: 2.20x on GSM8K first 20 at 4 (docs/RESULTS.md)
 GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8 verify rows, the best measured
-HEAD_LOOKUP = 0  # --draft-lookup's default with a head: off until measured
+# --draft-lookup's default with a head's greedy chains. CPU: 2 (Spec-Bench first 3 of each category, first turns, 128
+# tokens, a 2-core Zen 3: 1.19x the target alone against 1.14x without, summarization 1.21x against 0.98x;
+# docs/results/cpu_zen3_lookup_first/). The CUDA-graph engine: off until measured there
+HEAD_CPU_LOOKUP, HEAD_GPU_LOOKUP = 2, 0
 
 
 def default_budget(budget: str, graphs: bool, drafter: str = "auto", shaped: bool = False) -> bool | str:
@@ -316,10 +320,10 @@ def default_gamma(drafter: str, graphs: bool, default_extend: int = 0) -> int:
 
 
 def default_lookup(drafter: str, s: Settings, extend: int = 0) -> int:
-    """--draft-lookup's default: HEAD_LOOKUP for a head's greedy chains (not a tree, not --draft-extend); 0
-    elsewhere."""
+    """--draft-lookup's default: HEAD_CPU_LOOKUP / HEAD_GPU_LOOKUP for a head's greedy chains (not a tree, not
+    --draft-extend) by engine; 0 elsewhere."""
     on = drafter == "head" and s.tree is None and not extend and s.sampling.greedy
-    return HEAD_LOOKUP if on else 0
+    return (HEAD_GPU_LOOKUP if s.graphs else HEAD_CPU_LOOKUP) if on else 0
 
 
 def default_extend(drafter: str, s: Settings) -> int:

@@ -126,6 +126,26 @@ def test_greedy_with_the_head_and_lookup_equals_the_target(models, steps, gamma)
         assert a.tokens == speculative_generate_cuda(target, d, prompt, 40, cfg, gamma=gamma).tokens
 
 
+@pytest.mark.parametrize("lookup, gamma, budget", [(1, 4, False), (2, 4, "cost"), (3, 5, False)])
+@pytest.mark.gpu
+@needs_gpu
+def test_greedy_with_lookup_first_equals_the_target(models, lookup, gamma, budget):
+    """--draft-lookup with the head: where an n-gram of `lookup` or more matched, ngram_select put prompt lookup's
+    tokens in the head's drafts' place inside the verify graph; the text is the target alone's, and the head's next
+    round still reads the target's rows of whatever was accepted (a head that read stale rows drafts worse, never
+    wrongly: test_a_head_reading_the_wrong_feature_row_is_caught holds that apart). A prompt that repeats makes the
+    lookup match."""
+    from minitorch.generation.cuda import HeadGpuDrafter, generate_cuda, speculative_generate_cuda
+
+    _, w, head, hw = models
+    target, hdec = _decoders(w, head, hw, target_mode=dict(gemv="tc"), head_gemv="ourstc")
+    d = HeadGpuDrafter(hdec, lookup_first=lookup)
+    for prompt in PROMPTS + [PROMPTS[0] * 3]:
+        ref = generate_cuda(target, prompt, 40).tokens
+        res = speculative_generate_cuda(target, d, prompt, 40, gamma=gamma, adaptive_gamma=budget)
+        assert res.tokens == ref, (prompt, lookup, gamma)
+
+
 # ------------------------------------------------------------------ (2) proposals == the CPU head's
 class Recorder:
     """Wraps a HeadGpuDrafter: after each round's draft, the context (prompt + emitted), the drafts the head wrote

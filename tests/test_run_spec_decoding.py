@@ -486,9 +486,12 @@ def test_cpu_activations_sets_the_models_own_mode():
 
 
 @pytest.mark.parametrize("flags, head, want", [
-    ([], True, 0),  # off until measured (settings.HEAD_LOOKUP)
-    (["--draft-lookup", "2"], True, 2),
-    (["--draft-lookup", "2", "--backend", "cuda"], True, 2),
+    ([], True, 2),  # the CPU's default (settings.HEAD_CPU_LOOKUP)
+    (["--backend", "cuda"], True, 0),  # the CUDA-graph engine: not yet measured there
+    (["--draft-lookup", "0"], True, 0),
+    (["--draft-lookup", "3", "--backend", "cuda"], True, 3),
+    (["--temperature", "0.7"], True, 0),  # greedy rounds only
+    (["--draft-tree", "2,3,6"], True, 0),
     ([], False, 0),  # auto without a head: the draft model, no lookup
 ])
 def test_draft_lookup_is_decided_with_the_drafter_and_recorded(flags, head, want, tmp_path):
@@ -497,7 +500,7 @@ def test_draft_lookup_is_decided_with_the_drafter_and_recorded(flags, head, want
     from project.settings import UserError, resolve_settings
 
     s = resolve_settings(prog.build_parser().parse_args(flags))
-    assert s.lookup == (int(flags[1]) if flags else None)
+    assert s.lookup == (int(flags[1]) if flags[:1] == ["--draft-lookup"] else None)
     if not head and flags:
         with pytest.raises(UserError, match="--draft-lookup"):
             s.for_head(None)
