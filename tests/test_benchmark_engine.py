@@ -56,6 +56,12 @@ def test_summary_accuracy_speed_and_table():
     assert s["modes"]["target"]["aggregate_tokens_per_s"] == 50.0
     comp = s["comparisons"][0]
     assert comp["speedup"] == pytest.approx(75 / 50) and comp["per_problem"] == [2.0, 1.0]
+    assert comp["lowest_per_problem"] == 1.0 and comp["below_095"] == 0 and "repeats" not in s
+    slow = summarize(recs[:2] + [_rec(1, "spec", 50, 1.1), dict(_rec(1, "target", 50, 1.0),
+                                                                 time_s_runs=[1.0, 1.3, 0.9])], n_boot=50)
+    assert slow["comparisons"][0]["below_095"] == 1 and slow["comparisons"][0]["lowest_per_problem"] < 0.95
+    assert slow["repeats"] == {"runs": 3, "median_spread": pytest.approx(1.3 / 0.9), "max_spread": pytest.approx(1.3 / 0.9)}
+    assert "1 of 2 below 0.95x" in format_table(slow) and "run 3 times" in format_table(slow)
     assert comp["identical_outputs"] == 1 and comp["same_grade"] == 1
     table = format_table(s)
     assert "speedup spec / target: 1.50x" in table and table.splitlines()[2].startswith("spec")

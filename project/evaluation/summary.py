@@ -167,6 +167,8 @@ def _comparison(records: Sequence[Mapping[str, Any]], fast: str, base: str,
         "fast": fast, "base": base, "n_pairs": len(pairs),
         "speedup": point, "ci95": [lo, hi],
         "median_per_problem": statistics.median(per_problem) if per_problem else None,
+        "lowest_per_problem": min(per_problem) if per_problem else None,
+        "below_095": sum(x < 0.95 for x in per_problem),  # problems slower than 0.95x (issue 43's floor)
         "per_problem": per_problem,
         "predicted_per_problem": predicted,
         "predicted_mean": statistics.fmean(p for p in predicted if p is not None)
@@ -193,6 +195,11 @@ def summarize(records: Sequence[Mapping[str, Any]], n_boot: int = 2000, seed: in
             comp = _comparison(records, fast, base, n_boot, seed)
             if comp is not None:
                 summary["comparisons"].append(comp)
+    runs = [r["time_s_runs"] for r in records if len(r.get("time_s_runs") or []) > 1]
+    if runs:  # --repeats: how far apart a generation's runs were
+        spreads = [max(t) / max(min(t), 1e-12) for t in runs]
+        summary["repeats"] = {"runs": max(len(t) for t in runs), "median_spread": statistics.median(spreads),
+                              "max_spread": max(spreads)}
     categories = list(dict.fromkeys(r["category"] for r in records if r.get("category") is not None))
     if categories:
         summary["categories"] = {c: _category(records, c, n_boot, seed) for c in categories}
@@ -241,6 +248,13 @@ def format_table(summary: Mapping[str, Any]) -> str:
                      f"predicted {_fmt(c['predicted_mean'])}x, cost model with measured forwards "
                      f"{_fmt(c.get('cost_model_mean'))}x); identical outputs "
                      f"{c['identical_outputs']}/{c['n_pairs']}, same grade {c['same_grade']}/{c['n_pairs']}")
+        if c.get("lowest_per_problem") is not None:
+            lines.append(f"per problem {c['fast']} / {c['base']}: lowest {c['lowest_per_problem']:.3f}x, "
+                         f"{c['below_095']} of {len(c['per_problem'])} below 0.95x")
+    spread = summary.get("repeats")
+    if spread:
+        lines.append(f"timing: each generation run {spread['runs']} times, its median run kept; slowest over fastest "
+                     f"run of a generation: median {spread['median_spread']:.3f}, largest {spread['max_spread']:.3f}")
     for mode, m in summary["modes"].items():
         split = m.get("time_split")
         if split:
