@@ -69,6 +69,9 @@ def test_two_turns_combine_as_one_generation_of_all_their_rounds():
               "time_draft", "time_verify"):
         assert got[k] == pytest.approx(want[k]), k
     assert got["per_position_acceptance"] == pytest.approx(want["per_position_acceptance"])
+    # a head's looked-up rounds (--draft-lookup) add up over the turns; a turn without the counter adds nothing
+    assert combine_turns([{"lookup_rounds": 3}, {"lookup_rounds": 4}])["lookup_rounds"] == 7
+    assert "lookup_rounds" not in got
     # the test has power: averaging the turns' rates instead of pooling their counts is not the same
     assert np.mean([a.as_dict(1.0)["alpha"], b.as_dict(2.0)["alpha"]]) != pytest.approx(want["alpha"])
 

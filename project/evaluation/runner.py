@@ -299,7 +299,7 @@ class ConversationResult:
 
 
 SUMMED = ("new_tokens", "drafted", "accepted", "target_tokens", "target_forwards", "draft_forwards", "rounds",
-          "prefill_tokens", "time_prefill", "time_draft", "time_verify", "time_sample", "time_total")
+          "prefill_tokens", "time_prefill", "time_draft", "time_verify", "time_sample", "time_total", "lookup_rounds")
 LOGS = ("round_emitted", "round_drafted", "round_accepted")
 
 
