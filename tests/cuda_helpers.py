@@ -99,10 +99,10 @@ BROKEN_KERNELS = {
     "attention_tree": ("attention", [("    if constexpr (TREE) return v < base ? (i64)v : (i64)base + tanc[b * tw + (v - base)];\n",
                                       "    if constexpr (TREE) return (i64)v;\n")]),
     # prompt lookup takes the earliest match instead of the latest (tests/test_cuda_lookup.py)
-    "lookup": ("lookup", [("    if (tid == 0) best = -1;\n", "    if (tid == 0) best = 0x7fffffff;\n"),
+    "lookup": ("lookup", [("    if (tid == 0) *best = -1;\n", "    if (tid == 0) *best = 0x7fffffff;\n"),
                           ("      int s = top - tid;\n", "      int s = (N - n - 1) - top + tid;\n"),
-                          ("      if (hit) atomicMax(&best, s);  // the latest match\n",
-                           "      if (hit) atomicMin(&best, s);\n")]),
+                          ("      if (hit) atomicMax(best, s);  // the latest match\n",
+                           "      if (hit) atomicMin(best, s);\n")]),
 }
 
 
