@@ -147,8 +147,8 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                         "tokens (up to 3) occurred before, the round drafts what followed them instead of the "
                         "head's tokens (summaries, answers from given passages, rewrites copy their context); "
                         "lossless; 0 = off. Default (settings.default_lookup): "
-                        f"{HEAD_CPU_LOOKUP} with a head on the CPU (Spec-Bench there: 1.19x against 1.14x without), "
-                        f"{HEAD_GPU_LOOKUP} on the CUDA-graph engine (not yet measured there)")
+                        f"{HEAD_CPU_LOOKUP} (on the CPU, 2 ran Spec-Bench at 1.19x against 1.14x without, but math "
+                        "slower: docs/RESULTS.md; the GPU: not yet measured)")
 
 
 def add_batch_args(p: argparse.ArgumentParser) -> None:
@@ -293,10 +293,12 @@ GAMMA = 4  # tokens drafted a round, unless the table below says otherwise
 HEAD_CPU_GAMMA = 3  # a draft head on the CPU engine: GSM8K first 20, 1.56x at 3 against 1.44x at 4 (docs/RESULTS.md)
 HEAD_GPU_GAMMA = 4  # ... on the CUDA-graph engine: 2.20x on GSM8K first 20 at 4 (docs/RESULTS.md)
 GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8 verify rows, the best measured
-# --draft-lookup's default with a head's greedy chains. CPU: 2 (Spec-Bench first 3 of each category, first turns, 128
-# tokens, a 2-core Zen 3: 1.19x the target alone against 1.14x without, summarization 1.21x against 0.98x;
-# docs/results/cpu_zen3_lookup_first/). The CUDA-graph engine: off until measured there
-HEAD_CPU_LOOKUP, HEAD_GPU_LOOKUP = 2, 0
+# --draft-lookup's default with a head's greedy chains: off on both engines for now. On the CPU, M = 2 gained on
+# Spec-Bench (first 3 of each category, first turns, 128 tokens, a 2-core Zen 3: 1.19x the target alone against 1.14x
+# without, summarization 1.21x against 0.98x; docs/results/cpu_zen3_lookup_first/) but lost on math (the README's demo
+# prompt 1.45x against 1.61x), and a fresh clone's first run compiled the head's catch-up step inside the timing
+# (0.96x). The CUDA-graph engine: not yet measured
+HEAD_CPU_LOOKUP, HEAD_GPU_LOOKUP = 0, 0
 
 
 def default_budget(budget: str, graphs: bool, drafter: str = "auto", shaped: bool = False) -> bool | str:

@@ -486,8 +486,9 @@ def test_cpu_activations_sets_the_models_own_mode():
 
 
 @pytest.mark.parametrize("flags, head, want", [
-    ([], True, 2),  # the CPU's default (settings.HEAD_CPU_LOOKUP)
+    ([], True, 0),  # off by default (settings.HEAD_CPU_LOOKUP)
     (["--backend", "cuda"], True, 0),  # the CUDA-graph engine: not yet measured there
+    (["--draft-lookup", "2"], True, 2),
     (["--draft-lookup", "0"], True, 0),
     (["--draft-lookup", "3", "--backend", "cuda"], True, 3),
     (["--temperature", "0.7"], True, 0),  # greedy rounds only
