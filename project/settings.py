@@ -147,7 +147,7 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                         "tokens (up to 3) occurred before, the round drafts what followed them instead of the "
                         "head's tokens (summaries, answers from given passages, rewrites copy their context); "
                         "lossless; 0 = off. Default (settings.default_lookup): "
-                        f"{HEAD_CPU_LOOKUP} (on the CPU, 2 ran Spec-Bench at 1.19x against 1.14x without, but math "
+                        f"{HEAD_LOOKUP} (on the CPU, 2 ran Spec-Bench at 1.19x against 1.14x without, but math "
                         "slower: docs/RESULTS.md; the GPU: not yet measured)")
 
 
@@ -296,9 +296,9 @@ GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8
 # --draft-lookup's default with a head's greedy chains: off on both engines for now. On the CPU, M = 2 gained on
 # Spec-Bench (first 3 of each category, first turns, 128 tokens, a 2-core Zen 3: 1.19x the target alone against 1.14x
 # without, summarization 1.21x against 0.98x; docs/results/cpu_zen3_lookup_first/) but lost on math (the README's demo
-# prompt 1.45x against 1.61x), and a fresh clone's first run compiled the head's catch-up step inside the timing
-# (0.96x). The CUDA-graph engine: not yet measured
-HEAD_CPU_LOOKUP, HEAD_GPU_LOOKUP = 0, 0
+# prompt 1.45x against 1.61x), and a fresh clone's first run with it ran 0.96x (1.36x the second time: most likely a
+# compile of the head's catch-up step inside the timing, not traced). The CUDA-graph engine: not yet measured
+HEAD_LOOKUP = 0
 
 
 def default_budget(budget: str, graphs: bool, drafter: str = "auto", shaped: bool = False) -> bool | str:
@@ -322,10 +322,10 @@ def default_gamma(drafter: str, graphs: bool, default_extend: int = 0) -> int:
 
 
 def default_lookup(drafter: str, s: Settings, extend: int = 0) -> int:
-    """--draft-lookup's default: HEAD_CPU_LOOKUP / HEAD_GPU_LOOKUP for a head's greedy chains (not a tree, not
-    --draft-extend) by engine; 0 elsewhere."""
+    """--draft-lookup's default: HEAD_LOOKUP for a head's greedy chains (not a tree, not --draft-extend); 0
+    elsewhere."""
     on = drafter == "head" and s.tree is None and not extend and s.sampling.greedy
-    return (HEAD_GPU_LOOKUP if s.graphs else HEAD_CPU_LOOKUP) if on else 0
+    return HEAD_LOOKUP if on else 0
 
 
 def default_extend(drafter: str, s: Settings) -> int:

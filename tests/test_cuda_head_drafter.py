@@ -130,11 +130,9 @@ def test_greedy_with_the_head_and_lookup_equals_the_target(models, steps, gamma)
 @pytest.mark.gpu
 @needs_gpu
 def test_greedy_with_lookup_first_equals_the_target(models, lookup, gamma, budget):
-    """--draft-lookup with the head: where an n-gram of `lookup` or more matched, ngram_select put prompt lookup's
-    tokens in the head's drafts' place inside the verify graph; the text is the target alone's, and the head's next
-    round still reads the target's rows of whatever was accepted (a head that read stale rows drafts worse, never
-    wrongly: test_a_head_reading_the_wrong_feature_row_is_caught holds that apart). A prompt that repeats makes the
-    lookup match."""
+    """--draft-lookup with the head: where an n-gram of `lookup` or more matched, ngram_select puts prompt lookup's
+    tokens in the head's drafts' place inside the verify graph; the text is the target alone's, with a fixed gamma and
+    with the budget. A prompt that repeats makes the lookup match."""
     from minitorch.generation.cuda import HeadGpuDrafter, generate_cuda, speculative_generate_cuda
 
     _, w, head, hw = models

@@ -486,7 +486,7 @@ def test_cpu_activations_sets_the_models_own_mode():
 
 
 @pytest.mark.parametrize("flags, head, want", [
-    ([], True, 0),  # off by default (settings.HEAD_CPU_LOOKUP)
+    ([], True, 0),  # off by default (settings.HEAD_LOOKUP)
     (["--backend", "cuda"], True, 0),  # the CUDA-graph engine: not yet measured there
     (["--draft-lookup", "2"], True, 2),
     (["--draft-lookup", "0"], True, 0),

@@ -6,7 +6,6 @@ question in rotating order. One line a question: speedup over the target alone, 
     python tools/cpu_lookup_ab.py --per 3 --lookups 0,2 [--cats math,rag] [--out FILE.jsonl]"""
 import argparse, json, sys, time
 from collections import defaultdict
-import numpy as np
 from project.settings import add_engine_args, resolve_settings
 from project.cli_common import load_models, encode_prompt
 from project.evaluation.data import load_problems

@@ -48,12 +48,12 @@ import numpy as np
 from ..cuda.launch import LOOKUP_THREADS, SAMPLE_THREADS
 from .autoregressive import TokenCallback, autoregressive_result, check_request, emit
 from .budget import CostBudget
+from .drafters import LOOKUP_MAX_NGRAM
 from .sampling import SamplingConfig
 from .speculative import MAX_ADAPTIVE_GAMMA, next_gamma
 from .stats import GenerationResult, SpecStats, Timer
 
 _DRAFT_STREAM = 1  # the draft's random numbers come from a second stream of the same seed
-LOOKUP_MAX_NGRAM = 3  # --draft-extend's prompt lookup: n-grams of 3, 2, 1 tokens (NGramDrafter's default)
 
 
 def _check(dec: Any, prompt: list[int], max_new_tokens: int, extra: int) -> None:

@@ -22,6 +22,8 @@ import numpy as np
 
 from .sampling import SamplingConfig, logits_rows, logits_to_probs, sample
 
+LOOKUP_MAX_NGRAM = 3  # prompt lookup's longest n-gram: NGramDrafter's, --draft-lookup's and kernels/lookup.cu's
+
 
 class Drafter(Protocol):
     """The interface speculative_generate drives (see the module docstring)."""
@@ -119,7 +121,7 @@ class NGramDrafter:
     to continue the current line of reasoning. Drafts are deterministic (q = point mass).
     """
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+    def __init__(self, max_ngram: int = LOOKUP_MAX_NGRAM, min_ngram: int = 1) -> None:
         if not (1 <= min_ngram <= max_ngram):
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.max_ngram = max_ngram
@@ -138,7 +140,8 @@ class NGramDrafter:
         return lookup_match(tokens, gamma, self.max_ngram, self.min_ngram)[0], None
 
 
-def lookup_match(tokens: Sequence[int], gamma: int, max_ngram: int = 3, min_ngram: int = 1) -> tuple[list[int], int]:
+def lookup_match(tokens: Sequence[int], gamma: int, max_ngram: int = LOOKUP_MAX_NGRAM,
+                 min_ngram: int = 1) -> tuple[list[int], int]:
     """Prompt lookup's rule (NGramDrafter): for n = max_ngram down to min_ngram, the latest earlier occurrence of the
     context's last n tokens; the first n that has one gives (up to gamma tokens that followed it, n). ([], 0) when
     none has one."""

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from .autoregressive import TokenCallback, context_limit
 from .batch import BatchRequest, BatchResult, CpuSlots, run_batch
+from .drafters import LOOKUP_MAX_NGRAM
 from .sampling import SamplingConfig
 from .stats import GenerationResult
 
@@ -89,8 +90,8 @@ class DrafterSpec:
         if self.lookup:
             if self.kind != "head":
                 raise ValueError("lookup drafts by prompt lookup before a head: it needs kind 'head'")
-            if self.lookup > 3:
-                raise ValueError(f"lookup is the shortest n-gram matched, 1..3, got {self.lookup}")
+            if self.lookup > LOOKUP_MAX_NGRAM:
+                raise ValueError(f"lookup is the shortest n-gram matched, 1..{LOOKUP_MAX_NGRAM}, got {self.lookup}")
             if self.extend or self.tree is not None:
                 raise ValueError("lookup (prompt lookup first) takes neither extend nor a tree")
         if self.tree is not None:

@@ -21,8 +21,8 @@ Prompt lookup first (`lookup` = M > 0, greedy rounds): where the context's last 
 LOOKUP_MAX_NGRAM) occurred earlier, the round drafts what followed their latest occurrence (drafters.py
 lookup_match) instead of running the head; elsewhere the head drafts. Summaries, answers from given passages and
 rewrites copy long spans of their context, which the head predicts poorly (Spec-Bench on one H100: the head's tau
-1.24 on summarization, where prompt lookup's drafts on the same outputs give 3.3 tokens a round). A skipped round
-costs the head nothing: its next `feed` catches up on every position since. With a gate each looked-up draft is
+1.24 on summarization, where prompt lookup's drafts on the same outputs give 3.3 tokens a round). A looked-up round
+runs no head step; the head's next `feed` catches up on the positions it skipped, in one step of several rows. With a gate each looked-up draft is
 priced like the head's, p the product of the run's measured acceptance of looked-up drafts at each position so far.
 """
 from __future__ import annotations
@@ -34,11 +34,10 @@ import numpy as np
 
 from .. import from_numpy, tensor as make_tensor
 from ..models.tree_step import TreeStep
-from .drafters import lookup_match
+from .drafters import LOOKUP_MAX_NGRAM, lookup_match
 from .sampling import SamplingConfig, logits_rows, logits_to_probs, sample
 from .tree import DraftTree, Extend, grow_tree
 
-LOOKUP_MAX_NGRAM = 3  # prompt lookup's longest n-gram (NGramDrafter's default; kernels/lookup.cu's on the GPU)
 LOOKUP_PRIOR = 2.0  # judgements' worth of the previous position's rate (the first's: 0.5) in a looked-up draft's rate
 
 
