@@ -143,12 +143,14 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                         "tensor-core verify and a fixed gamma (GSM8K on an H200: 1.68x the target alone vs 1.44x "
                         "for gamma 4 without); 0 elsewhere (on the CPU it did not pay: 1.11x vs 1.14x)")
     g.add_argument("--draft-lookup", type=int, default=None, metavar="M",
-                   help="the draft head's greedy rounds: prompt lookup first, where the context's last M or more "
-                        "tokens (up to 3) occurred before, the round drafts what followed them instead of the "
-                        "head's tokens (summaries, answers from given passages, rewrites copy their context); "
-                        "lossless; 0 = off. Default (settings.default_lookup): "
-                        f"{HEAD_LOOKUP} (on the CPU, 2 ran Spec-Bench at 1.19x against 1.14x without, but math "
-                        "slower: docs/RESULTS.md; the GPU: not yet measured)")
+                   help="the draft head's greedy rounds: prompt lookup where the context's last M or more "
+                        "tokens (up to 3) occurred before: the round drafts what followed them instead of the "
+                        "head's tokens (summaries, answers from given passages, rewrites copy their context); on the "
+                        "CPU only where more of them are expected accepted than of the head's (its confidence, the "
+                        "run's measured rates), on the GPU wherever they match; lossless; 0 = off. Default "
+                        f"(settings.default_lookup): {HEAD_LOOKUP} (on the CPU, 2 ran Spec-Bench at 1.19x against "
+                        "1.13x without and math unchanged, but the README's demo 1.44-1.47x against 1.57-1.61x: "
+                        "docs/RESULTS.md; the GPU: not yet measured)")
 
 
 def add_batch_args(p: argparse.ArgumentParser) -> None:
@@ -293,11 +295,11 @@ GAMMA = 4  # tokens drafted a round, unless the table below says otherwise
 HEAD_CPU_GAMMA = 3  # a draft head on the CPU engine: GSM8K first 20, 1.56x at 3 against 1.44x at 4 (docs/RESULTS.md)
 HEAD_GPU_GAMMA = 4  # ... on the CUDA-graph engine: 2.20x on GSM8K first 20 at 4 (docs/RESULTS.md)
 GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8 verify rows, the best measured
-# --draft-lookup's default with a head's greedy chains: off on both engines for now. On the CPU, M = 2 gained on
-# Spec-Bench (first 3 of each category, first turns, 128 tokens, a 2-core Zen 3: 1.19x the target alone against 1.14x
-# without, summarization 1.21x against 0.98x; docs/results/cpu_zen3_lookup_first/) but lost on math (the README's demo
-# prompt 1.45x against 1.61x), and a fresh clone's first run with it ran 0.96x (1.36x the second time: most likely a
-# compile of the head's catch-up step inside the timing, not traced). The CUDA-graph engine: not yet measured
+# --draft-lookup's default with a head's greedy chains: off on both engines for now. On the CPU, M = 2 with its rounds
+# chosen by expected acceptance (head_drafter.py) ran Spec-Bench (first 3 of each category, first turns, 128 tokens, a
+# 2-core Zen 3) at 1.19x the target alone against 1.13x without, summarization 1.19x against 0.98x, math 1.63x against
+# 1.59x (docs/results/cpu_zen3_lookup_choice/); but the README's demo prompt ran 1.44-1.47x against 1.57-1.61x: two
+# looked-up rounds among its first four fail and the gated budget goes plain for 9 rounds. The GPU: not yet measured
 HEAD_LOOKUP = 0
 
 

@@ -680,23 +680,41 @@ def test_lookup_first_follows_the_target_and_keeps_the_heads_cache_exact(target)
                                                        gamma=3).stats
 
 
-def test_a_lookup_round_drafts_what_followed_the_match_without_the_head(target):
-    """Where the context's last M tokens occurred before, propose returns the tokens after their latest occurrence
-    and runs no head step; where only a shorter n-gram matches, the head drafts."""
+class _HeadOfConfidence(HeadDrafter):
+    """A head whose first draft is token 42 with probability `p` (its feed's row replaced; the step itself runs)."""
+
+    def __init__(self, *args, p: float, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.p = p
+
+    def _feed(self, tokens):
+        g, row = super()._feed(tokens)
+        q = np.full(row.shape[0], (1.0 - self.p) / (row.shape[0] - 1))
+        q[42] = self.p
+        return g, np.log(q)
+
+
+def test_a_lookup_round_drafts_what_followed_the_match_where_the_head_is_unsure(target):
+    """Where the context's last M tokens occurred before and the head's top probability for its first draft is below
+    what the looked-up drafts are expected to get accepted (a 2-gram's rates 0.5 by position before any is judged:
+    0.875 of 3 drafts, against p + p^2 + p^3 for the head's), propose returns the tokens after their latest
+    occurrence, having run only the head's first step; a surer head, or a shorter match, leaves the round to the head. Broken variant: the rule
+    reversed (lookup where the head is surer) fails both first cases."""
     model, _, _ = target
     head = DraftHead(_cfg(model), model.backend, seed=2)
     ctx = [5, 6, 7, 8, 9, 5, 6, 7, 4, 5, 6]  # ..., 5, 6 occurred at 0 and 5 (latest: then 7, 4)
     rng = np.random.default_rng(0)
-    for lookup, want in ((2, [7, 4, 5]), (3, None)):
-        d = HeadDrafter(head, model, lookup=lookup)
+    for lookup, p, want in ((2, 0.3, [7, 4, 5]), (2, 0.9, None), (3, 0.3, None)):
+        d = _HeadOfConfidence(head, model, lookup=lookup, p=p)
         d.start(ctx, 64, 300)
         d.observe(np.zeros((len(ctx), head.config.hidden_size), np.float32))
         f0 = d.forwards
         drafts, q = d.propose(ctx, 3, SamplingConfig(), rng)
+        assert d.cache.length == len(ctx) - 1  # the verified prefix only, either way
         if want is not None:
-            assert drafts == want and q is None and d.forwards == f0 and d.lookup_rounds == 1
-        else:  # the last three tokens, 4, 5, 6, never occurred before
-            assert d.forwards > f0 and d.lookup_rounds == 0
+            assert drafts == want and q is None and d.forwards == f0 + 1 and d.lookup_rounds == 1
+        else:  # the head was surer, or the last three tokens, 4, 5, 6, never occurred before
+            assert drafts[0] == 42 and d.forwards > f0 + 1 and d.lookup_rounds == 0
     d = HeadDrafter(head, model, lookup=2)
     d.start(ctx, 64, 300)
     d.observe(np.zeros((len(ctx), head.config.hidden_size), np.float32))
@@ -704,21 +722,23 @@ def test_a_lookup_round_drafts_what_followed_the_match_without_the_head(target):
 
 
 def test_looked_up_drafts_are_priced_by_their_measured_acceptance(target):
-    """rollback after a looked-up round counts its drafts by position (judged up to the first rejected); the rate
-    shrinks towards the previous position's; a gate keeps a draft only while p * (its value) covers its row."""
+    """rollback after a looked-up round counts its drafts by position (judged up to the first rejected), a 2-gram's
+    apart from a 3-gram's; a rate shrinks towards the previous position's (the first towards the prior of its n-gram's
+    length); a gate keeps a draft only while p * (its value) covers its row; a head sure enough of its first draft
+    keeps the round, which is not counted."""
     model, _, _ = target
     head = DraftHead(_cfg(model), model.backend, seed=2)
     ctx = [5, 6, 7, 8, 9, 5, 6, 7, 4, 5, 6]
-    d = HeadDrafter(head, model, lookup=2)
+    d = _HeadOfConfidence(head, model, lookup=2, p=0.1)
     d.start(ctx, 64, 300)
     d.observe(np.zeros((len(ctx), head.config.hidden_size), np.float32))
-    assert d.lookup_rate(0) == pytest.approx(0.5)
+    assert d.lookup_rate(0, 2) == pytest.approx(0.5) and d.lookup_rate(0, 3) == pytest.approx(0.8)  # the priors
     d.propose(ctx, 3, SamplingConfig(), np.random.default_rng(0))
     d.rollback(len(ctx) + 1)  # one of the 3 accepted: positions 0 and 1 judged, position 0 accepted
-    assert d._lookup_counts == [[1, 1], [0, 1]]
-    assert d.lookup_rate(0) == pytest.approx((1 + 2 * 0.5) / 3)
-    assert d.lookup_rate(1) == pytest.approx((0 + 2 * d.lookup_rate(0)) / 3)
-    assert d.lookup_rate(2) == pytest.approx(d.lookup_rate(1))  # never judged: the previous position's
+    assert d._counts == {"lookup2": [[1, 1], [0, 1]]}  # a 2-gram's round, counted apart from a 3-gram's
+    assert d.lookup_rate(0, 2) == pytest.approx((1 + 2 * 0.5) / 3) and d.lookup_rate(0, 3) == pytest.approx(0.8)
+    assert d.lookup_rate(1, 2) == pytest.approx((0 + 2 * d.lookup_rate(0, 2)) / 3)
+    assert d.lookup_rate(2, 2) == pytest.approx(d.lookup_rate(1, 2))  # never judged: the previous position's
 
     class Gate:  # keeps a draft while p >= 0.4
         def include(self, i, p):
@@ -726,5 +746,13 @@ def test_looked_up_drafts_are_priced_by_their_measured_acceptance(target):
 
     drafts, _ = d.propose(ctx, 3, SamplingConfig(), np.random.default_rng(0), gate=Gate())
     assert drafts == [7]  # p = 0.667 kept, then 0.667 * 0.444 = 0.30 refused
+    d.rollback(len(ctx))
+    sure = _HeadOfConfidence(head, model, lookup=2, p=0.95)  # 0.95 + 0.95^2 + 0.95^3 against 0.875: the head's round
+    sure.start(ctx, 64, 300)
+    sure.observe(np.zeros((len(ctx), head.config.hidden_size), np.float32))
+    drafts, _ = sure.propose(ctx, 3, SamplingConfig(), np.random.default_rng(0))
+    assert drafts[0] == 42 and len(drafts) == 3 and sure.lookup_rounds == 0
+    sure.rollback(len(ctx) + 1)
+    assert sure._counts == {}  # only looked-up rounds are counted
     with pytest.raises(ValueError):
         HeadDrafter(head, model, lookup=4)

@@ -3,9 +3,31 @@ on Spec-Bench (first turns only), the CLI's CPU settings otherwise (cost budget,
 question in rotating order. One line a question: speedup over the target alone, the same without the prefill
 (`dec`), tau, looked-up rounds / rounds, and whether the text is the target's (=).
 
-    python tools/cpu_lookup_ab.py --per 3 --lookups 0,2 [--cats math,rag] [--out FILE.jsonl]"""
-import argparse, json, sys, time
+    python tools/cpu_lookup_ab.py --per 3 --lookups 0,2 [--cats math,rag] [--out FILE.jsonl]
+    python tools/cpu_lookup_ab.py --summarize FILE.jsonl      the summary lines of an earlier run
+
+Summary (printed at the end too), by mode: all questions' target seconds over their seconds, the median question,
+how many below 0.95x and the lowest, and the same ratio by category."""
+import argparse, json, statistics, sys, time
 from collections import defaultdict
+
+
+def summarize(path):
+    rows = [json.loads(line) for line in open(path)]
+    for k in [k for k in rows[0] if k not in ("id", "category", "prompt_tokens", "target")]:
+        sp = [r["target"]["s"] / r[k]["s"] for r in rows]
+        cat = defaultdict(lambda: [0.0, 0.0])
+        for r in rows:
+            cat[r["category"]][0] += r["target"]["s"]
+            cat[r["category"]][1] += r[k]["s"]
+        print(f"{k}: all {sum(r['target']['s'] for r in rows) / sum(r[k]['s'] for r in rows):.3f}x, median "
+              f"{statistics.median(sp):.3f}x, below 0.95x {sum(x < 0.95 for x in sp)} of {len(sp)} (lowest "
+              f"{min(sp):.3f}x); " + ", ".join(f"{c} {a / b:.2f}" for c, (a, b) in cat.items()))
+
+
+if sys.argv[1:2] == ["--summarize"]:
+    summarize(sys.argv[2])
+    sys.exit(0)
 from project.settings import add_engine_args, resolve_settings
 from project.cli_common import load_models, encode_prompt
 from project.evaluation.data import load_problems
@@ -57,3 +79,5 @@ for cat, qs in cats.items():
         for name in names:
             rec[name].pop("tokens")
         out.write(json.dumps(rec) + "\n"); out.flush()
+out.close()
+summarize(args.out)
