@@ -1,0 +1,102 @@
+"""How often a draft head's first draft is the target's next token on the target's own answers, teacher-forced, beside
+what the engine measured on the same answers: is a head's low acceptance the head, or how the engine uses it?
+
+    python tools/head_agreement.py RUN.jsonl.gz [--per 2] [--max-tokens 200] [--head DIR]
+
+RUN: a benchmark's records with the target alone's texts and the speculative run's stats (e.g. Spec-Bench on a GPU,
+docs/results/h100_trees_specbench/specbench/sb_head_cost.jsonl.gz). For the first --per records of each category:
+the prompt and the target's first answer (up to --max-tokens ids) in one forward of the CPU target (its features and
+its greedy token at every position), the head over all of them at once (position t reads the target's f_t and
+token t+1, as drafting's first step does), and the share of answer positions where the head's top token is the
+target's greedy one (`top1`). `same`: the share of the answer that the CPU target's greedy tokens reproduce (the
+texts came from another engine); `vocab`: the share of answer ids the head cannot propose (ids >= its head_vocab);
+`engine`: the speculative record's first-position acceptance (its whole answer, every turn) and tau.
+--head-vocab N: the same head proposing among the first N ids (how much its vocabulary slice costs).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+import minitorch
+from minitorch import from_numpy, tensor as make_tensor
+from minitorch.models import load_model
+from minitorch.models.draft_head import target_fingerprint
+from minitorch.models.head_io import load_head
+
+SHIPPED = Path(__file__).resolve().parent.parent / "heads" / "qwen2.5-coder-1.5b-instruct"
+
+
+def read(path: str) -> list[dict]:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def agreement(model, head, prompt: list[int], answer: list[int]) -> tuple[float, float]:
+    """(top1, same) over the answer's positions (module docstring)."""
+    ids = prompt + answer
+    with minitorch.no_grad():
+        logits, hidden = model(ids, model.new_cache(len(ids) + 8), return_hidden=True)
+        greedy = np.asarray(logits.to_numpy())[0].argmax(-1)  # greedy[t]: the target's token after position t
+        f = np.asarray(hidden.to_numpy(), np.float32).reshape(len(ids), -1)
+        emb = model.model.embed_tokens(make_tensor([ids[1:]], dtype="int64", backend=head.backend))
+        g = head(from_numpy(f[:-1][None], backend=head.backend), emb, head.new_cache(len(ids) + 8))
+        drafts = np.asarray(head.logits(g, model.lm_head_weight(), head.config.head_vocab).to_numpy())[0].argmax(-1)
+    p = len(prompt)
+    at = slice(p - 1, len(ids) - 2)  # head position t predicts token t + 2: the answer's second token onwards
+    top1 = float((drafts[at] == greedy[1:][at]).mean())
+    same = float((greedy[p - 1:len(ids) - 1] == np.asarray(answer)).mean())
+    return top1, same
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", help="a benchmark's JSONL (.gz) with target and spec records")
+    ap.add_argument("--per", type=int, default=2, help="records of each category (default 2)")
+    ap.add_argument("--max-tokens", type=int, default=200, help="answer ids read per record (default 200)")
+    ap.add_argument("--head", default=str(SHIPPED), help="the head's folder (default: the shipped head)")
+    ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    ap.add_argument("--head-vocab", type=int, default=None, metavar="N",
+                    help="propose among the first N ids instead of the head's own head_vocab (its LM head is the "
+                    "target's: any N up to the vocabulary reads the same trained layer)")
+    args = ap.parse_args()
+    model, tok = load_model(args.target, progress=False)
+    head = load_head(args.head, model)
+    if args.head_vocab:
+        head.config.head_vocab = min(args.head_vocab, model.config.vocab_size)
+    print(f"target {args.target} ({target_fingerprint(model)}), head {args.head} (head_vocab {head.config.head_vocab})")
+    rows = read(args.run)
+    spec = {r["id"]: r for r in rows if r.get("mode") == "spec"}
+    by_cat: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r.get("mode") == "target" and len(by_cat[r.get("category")]) < args.per:
+            by_cat[r.get("category")].append(r)
+    tab: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for cat, recs in by_cat.items():
+        for r in recs:
+            text = r["turns"][0]["text"] if r.get("turns") else r["text"]
+            prompt, answer = tok.encode(r["prompt"]), tok.encode(text)[:args.max_tokens]
+            if len(answer) < 3:
+                continue
+            top1, same = agreement(model, head, list(prompt), list(answer))
+            vocab = float(np.mean(np.asarray(answer) >= head.config.head_vocab))
+            s = spec.get(r["id"], {})
+            pos0 = (s.get("per_position_acceptance") or [float("nan")])[0]
+            tab[cat].append((top1, pos0))
+            print(f"{cat:15s} {r['id']:16s} prompt {len(prompt):4d} answer {len(answer):4d}  top1 {top1:.3f}  "
+                  f"same {same:.3f}  vocab {vocab:.3f}  | engine first-position {pos0:.3f} tau {s.get('tau', 0):.2f}",
+                  flush=True)
+    print("category means: top1 / engine first-position")
+    for cat, v in tab.items():
+        a = np.asarray(v)
+        print(f"  {cat:15s} {a[:, 0].mean():.3f} / {np.nanmean(a[:, 1]):.3f}")
+
+
+if __name__ == "__main__":
+    main()
