@@ -148,9 +148,10 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                         "head's tokens (summaries, answers from given passages, rewrites copy their context); on the "
                         "CPU only where more of them are expected accepted than of the head's (its confidence, the "
                         "run's measured rates), on the GPU wherever they match; lossless; 0 = off. Default "
-                        f"(settings.default_lookup): {HEAD_LOOKUP} (on the CPU, 2 ran Spec-Bench at 1.19x against "
-                        "1.13x without and math unchanged, but the README's demo 1.44-1.47x against 1.57-1.61x: "
-                        "docs/RESULTS.md; the GPU: not yet measured)")
+                        f"(settings.default_lookup): {HEAD_LOOKUP_GPU} on the CUDA-graph engine (all of Spec-Bench "
+                        "on an H100 1.81x against 1.50x without, GSM8K 2.02x against 2.07x), "
+                        f"{HEAD_LOOKUP_CPU} on the CPU (Spec-Bench 1.19x against 1.13x, but the README's demo "
+                        "1.44-1.47x against 1.57-1.61x): docs/RESULTS.md")
 
 
 def add_batch_args(p: argparse.ArgumentParser) -> None:
@@ -295,12 +296,15 @@ GAMMA = 4  # tokens drafted a round, unless the table below says otherwise
 HEAD_CPU_GAMMA = 3  # a draft head on the CPU engine: GSM8K first 20, 1.56x at 3 against 1.44x at 4 (docs/RESULTS.md)
 HEAD_GPU_GAMMA = 4  # ... on the CUDA-graph engine: 2.20x on GSM8K first 20 at 4 (docs/RESULTS.md)
 GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8 verify rows, the best measured
-# --draft-lookup's default with a head's greedy chains: off on both engines for now. On the CPU, M = 2 with its rounds
-# chosen by expected acceptance (head_drafter.py) ran Spec-Bench (first 3 of each category, first turns, 128 tokens, a
-# 2-core Zen 3) at 1.19x the target alone against 1.13x without, summarization 1.19x against 0.98x, math 1.63x against
-# 1.59x (docs/results/cpu_zen3_lookup_choice/); but the README's demo prompt ran 1.44-1.47x against 1.57-1.61x: two
-# looked-up rounds among its first four fail and the gated budget goes plain for 9 rounds. The GPU: not yet measured
-HEAD_LOOKUP = 0
+# --draft-lookup's default with a head's greedy chains, by engine. The CUDA-graph engine: 2. All 480 Spec-Bench questions
+# on one H100 ran 1.81x our target alone with it against 1.50x without (summarization 2.24x against 1.20x, rag 1.63x
+# against 1.33x, no question below 0.95x against one), GSM8K first 20 2.02x against 2.07x
+# (docs/results/h100_lookup_specbench/). The CPU engine: 0. With its rounds chosen by expected acceptance
+# (head_drafter.py) M = 2 ran Spec-Bench (first 3 of each category, first turns, 128 tokens, a 2-core Zen 3) at 1.19x
+# against 1.13x without and math 1.63x against 1.59x (docs/results/cpu_zen3_lookup_choice/), but the README's demo
+# prompt ran 1.44-1.47x against 1.57-1.61x: two looked-up rounds among its first four fail and the gated budget goes
+# plain for 9 rounds
+HEAD_LOOKUP_GPU, HEAD_LOOKUP_CPU = 2, 0
 
 
 def default_budget(budget: str, graphs: bool, drafter: str = "auto", shaped: bool = False) -> bool | str:
@@ -324,10 +328,10 @@ def default_gamma(drafter: str, graphs: bool, default_extend: int = 0) -> int:
 
 
 def default_lookup(drafter: str, s: Settings, extend: int = 0) -> int:
-    """--draft-lookup's default: HEAD_LOOKUP for a head's greedy chains (not a tree, not --draft-extend); 0
-    elsewhere."""
+    """--draft-lookup's default: HEAD_LOOKUP_GPU (the CUDA-graph engine) or HEAD_LOOKUP_CPU for a head's greedy
+    chains (not a tree, not --draft-extend); 0 elsewhere."""
     on = drafter == "head" and s.tree is None and not extend and s.sampling.greedy
-    return HEAD_LOOKUP if on else 0
+    return (HEAD_LOOKUP_GPU if s.graphs else HEAD_LOOKUP_CPU) if on else 0
 
 
 def default_extend(drafter: str, s: Settings) -> int:

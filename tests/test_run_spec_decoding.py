@@ -486,8 +486,11 @@ def test_cpu_activations_sets_the_models_own_mode():
 
 
 @pytest.mark.parametrize("flags, head, want", [
-    ([], True, 0),  # off by default (settings.HEAD_LOOKUP)
-    (["--backend", "cuda"], True, 0),  # the CUDA-graph engine: not yet measured there
+    ([], True, 0),  # off by default on the CPU (settings.HEAD_LOOKUP_CPU)
+    (["--backend", "cuda"], True, 2),  # on with the CUDA-graph engine (HEAD_LOOKUP_GPU)
+    (["--backend", "cuda", "--dtype", "float32"], True, 0),  # the eager engine on a GPU: the CPU's default
+    (["--backend", "cuda", "--temperature", "0.7"], True, 0),
+    (["--backend", "cuda", "--draft-tree", "2,3,6"], True, 0),
     (["--draft-lookup", "2"], True, 2),
     (["--draft-lookup", "0"], True, 0),
     (["--draft-lookup", "3", "--backend", "cuda"], True, 3),
