@@ -51,9 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--limit", type=int, default=None, help="use only the first N problems of --data-file")
     d.add_argument("--heldout", type=int, default=200, help="hold out the last N problems for evaluation (default 200)")
     d.add_argument("--heldout-generated", type=int, default=24, metavar="N",
-                   help="also hold out the last N distinct own questions of each folder of --generated records that "
-                   "carry one (what the target wrote: data/chat, data/selfmath...) and report the head's agreement "
-                   "on them, by folder too (default 24; 0 = none)")
+                   help="also hold out N distinct own questions of each folder of --generated records that carry "
+                   "one (what the target wrote: data/chat, data/selfmath...), spread evenly over its files in order, "
+                   "and report the head's agreement on them, by folder too (default 24; 0 = none)")
     d.add_argument("--max-seq-len", type=int, default=640, help="cut sequences to N tokens (default 640)")
     t = p.add_argument_group("training")
     t.add_argument("--epochs", type=float, default=2.0, help="passes over the training sequences (default 2)")
@@ -119,6 +119,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def spread(items: list, n: int) -> list:
+    """n of items evenly over them in order: the last of each of n equal stretches (all of them when n >= len)."""
+    if n <= 0:
+        return []
+    if n >= len(items):
+        return list(items)
+    return [items[(j + 1) * len(items) // n - 1] for j in range(n)]
+
+
 def load_sequences(args: argparse.Namespace, tok):
     from project.training.data import generated_sequences, gsm8k_sequences, read_rows, split_heldout
 
@@ -135,17 +144,18 @@ def load_sequences(args: argparse.Namespace, tok):
                  for i, r in enumerate(rows)}
     files = [(name, [r for r in read_rows(name) if questions.get(str(r.get("id"))) not in held_questions])
              for name in args.generated]
-    # the last --heldout-generated distinct own questions of each folder of --generated files (data/chat,
-    # data/selfmath, a machine's /root/texts: each kind of text the target wrote) are held out, in every file they
-    # appear in, and reported by folder
+    # --heldout-generated distinct own questions of each folder of --generated files (data/chat, data/selfmath, a
+    # machine's /root/texts: each kind of text the target wrote), spread evenly over the folder's files in order (the
+    # last of each of N equal stretches: data/chat's files hold one style after the other, so its last 24 were all
+    # Magpie requests, 14 with code, where its topics cover every Spec-Bench category), are held out, in every file
+    # they appear in, and reported by folder
     own: dict[str, list[str]] = {}
     for name, rows_g in files:
         own.setdefault(Path(name).parent.name, []).extend(
             r["question"] for r in rows_g if isinstance(r.get("question"), str))
     group_of: dict[str, str] = {}  # a held-out question -> its folder
     for group, qs in own.items():
-        qs = list(dict.fromkeys(qs))
-        for q in qs[len(qs) - min(args.heldout_generated, len(qs)):] if args.heldout_generated > 0 else []:
+        for q in spread(list(dict.fromkeys(qs)), args.heldout_generated):
             group_of.setdefault(q, group)
     generated, held_gen, held_groups, seen = [], [], [], set()
     for name, rows_g in files:

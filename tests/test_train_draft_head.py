@@ -390,18 +390,22 @@ def test_records_carrying_their_own_question_are_trained_on_under_the_benchmark_
 
 
 def test_self_written_answers_are_held_out_by_question_and_reported(setup, tmp_path):
-    """--heldout-generated N: the last N distinct own questions of the --generated files are held out of training
-    (in every file they appear in) and the held-out evaluation reports the head's agreement on them as well."""
+    """--heldout-generated N: N distinct own questions of the --generated files, spread over them (the last of each of
+    N equal stretches: 2, 5 and 9 of 10; the last N, 7-9, would all be of one kind where a folder's files hold one
+    kind after another), are held out of training (in every file they appear in) and the held-out evaluation reports
+    the head's agreement on them as well."""
     model, tok, root, rows = setup
     recs = [{"id": f"self-{i}", "question": f"What is ${i}+{i + 1}$?", "mode": "spec",
              "text": f"It is ${2 * i + 1}$. " * 6, "stop_reason": "stop"} for i in range(10)]
     (tmp_path / "self.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    (tmp_path / "self_copy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[7:]))  # the held ones again
+    (tmp_path / "self_copy.jsonl").write_text("".join(json.dumps(recs[i]) + "\n" for i in (2, 5, 9)))  # held again
     base = ["--target", str(root / "t"), "--data-file", str(root / "train.jsonl"), "--heldout", str(HELDOUT),
             "--generated", str(tmp_path / "self.jsonl"), str(tmp_path / "self_copy.jsonl")]
     train, held, held_self, groups = train_draft_head.load_sequences(
         train_draft_head.parse_args(base + ["--heldout-generated", "3"]), tok)
     assert groups == [tmp_path.name] * 3  # one folder
+    held_q = [tok.decode(s.ids[:s.n_prompt]) for s in held_self]
+    assert all(f"What is ${i}+{i + 1}$?" in q for q, i in zip(held_q, (2, 5, 9)))
     prompts = lambda seqs: {tuple(s.ids[:s.n_prompt]) for s in seqs}  # noqa: E731
     assert len(held) == HELDOUT and len(held_self) == 3
     assert not prompts(held_self) & prompts(train)  # no held-out question is trained on, from either file
@@ -413,8 +417,8 @@ def test_self_written_answers_are_held_out_by_question_and_reported(setup, tmp_p
 
 
 def test_each_folder_of_self_written_text_is_held_out_and_reported_apart(setup, tmp_path):
-    """Each folder of --generated files (data/chat, data/selfmath, a machine's /root/texts) gives its own last N
-    distinct questions to the held-out set, and the evaluation reports each folder's agreement and the pooled one,
+    """Each folder of --generated files (data/chat, data/selfmath, a machine's /root/texts) gives its own N distinct
+    questions, spread over it, to the held-out set, and the evaluation reports each folder's agreement and the pooled one,
     which weighs each folder by the positions it counted."""
     model, tok, root, rows = setup
     for folder, n in (("chat", 6), ("texts", 5)):
@@ -437,6 +441,13 @@ def test_each_folder_of_self_written_text_is_held_out_and_reported_apart(setup, 
     assert set(by) == {"chat", "texts"} and g["tokens"] == by["chat"]["tokens"] + by["texts"]["tokens"]
     pooled = (by["chat"]["top1"] * by["chat"]["tokens"] + by["texts"]["top1"] * by["texts"]["tokens"]) / g["tokens"]
     assert g["top1"] == pytest.approx(pooled, rel=1e-9)
+
+
+def test_spread_takes_the_last_of_each_equal_stretch():
+    assert train_draft_head.spread(list(range(10)), 3) == [2, 5, 9]
+    assert train_draft_head.spread(list(range(23147)), 24)[-1] == 23146
+    assert len(set(train_draft_head.spread(list(range(50)), 24))) == 24
+    assert train_draft_head.spread([1, 2], 5) == [1, 2] and train_draft_head.spread([1, 2], 0) == []
 
 
 def test_pooled_evaluations_weigh_each_step_by_its_own_positions():
