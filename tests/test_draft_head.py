@@ -735,7 +735,7 @@ def test_looked_up_drafts_are_priced_by_their_measured_acceptance(target):
     assert d.lookup_rate(0, 2) == pytest.approx(0.5) and d.lookup_rate(0, 3) == pytest.approx(0.8)  # the priors
     d.propose(ctx, 3, SamplingConfig(), np.random.default_rng(0))
     d.rollback(len(ctx) + 1)  # one of the 3 accepted: positions 0 and 1 judged, position 0 accepted
-    assert d._counts == {"lookup2": [[1, 1], [0, 1]]}  # a 2-gram's round, counted apart from a 3-gram's
+    assert d._counts == {2: [[1, 1], [0, 1]]}  # a 2-gram's round, counted apart from a 3-gram's
     assert d.lookup_rate(0, 2) == pytest.approx((1 + 2 * 0.5) / 3) and d.lookup_rate(0, 3) == pytest.approx(0.8)
     assert d.lookup_rate(1, 2) == pytest.approx((0 + 2 * d.lookup_rate(0, 2)) / 3)
     assert d.lookup_rate(2, 2) == pytest.approx(d.lookup_rate(1, 2))  # never judged: the previous position's

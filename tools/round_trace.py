@@ -20,7 +20,7 @@ _propose, _rollback = head_drafter.HeadDrafter.propose, head_drafter.HeadDrafter
 
 def propose(self, tokens, gamma, cfg, rng, gate=None):
     out = _propose(self, tokens, gamma, cfg, rng, gate=gate)
-    kind = f"l{self._round[0][-1]}" if self._round is not None else "h"
+    kind = f"l{self._round[0]}" if self._round is not None else "h"
     rounds.append([len(tokens), kind, len(out[0]), None])
     return out
 

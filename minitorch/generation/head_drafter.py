@@ -26,8 +26,8 @@ better drafter. So every round runs the head's first step (`feed`: its cache sta
 takes the looked-up drafts only where more of them are expected to be accepted than of the head's: the looked-up
 drafts' by the run's measured acceptance of looked-up drafts at each position (apart by the length of the n-gram
 matched: a 3-gram's continuation is right far more often than a 2-gram's), the head's by its confidence in its first
-draft (its top probability), taken for its later drafts too. With a gate each looked-up
-draft is priced like the head's, p the product of the looked-up rates up to it.
+draft (its top probability), taken for its later drafts too. With a gate each looked-up draft is priced like the
+head's, p the product of the looked-up rates up to it.
 """
 from __future__ import annotations
 
@@ -77,8 +77,8 @@ class HeadDrafter:
             raise ValueError(f"lookup must be an integer in 0..{LOOKUP_MAX_NGRAM}, got {lookup!r}")
         self.head, self.target, self.lookup = head, target, lookup
         self.lookup_rounds = 0  # this generation's rounds drafted by prompt lookup
-        self._round: tuple[str, int, int] | None = None  # ("lookup<n>", context length, drafts) of a looked-up round
-        self._counts: dict[str, list[list[int]]] = {}  # "lookup<n>" (n: the match's length) -> by position: [accepted, judged]
+        self._round: tuple[int, int, int] | None = None  # (match length, context length, drafts) of a looked-up round
+        self._counts: dict[int, list[list[int]]] = {}  # match length -> by draft position: [accepted, judged]
         self.vocab_size: int | None = None  # proposes among head_vocab ids of the target's vocabulary
         self.forwards = 0
         self._vocab = int(target.config.vocab_size)
@@ -116,9 +116,9 @@ class HeadDrafter:
         to the context less its pending token: n before the round + the drafts accepted) its drafts are counted by
         position, apart by the length of the match: judged up to the first rejected, accepted before it."""
         if self._round is not None:
-            kind, n0, g = self._round
+            ngram, n0, g = self._round
             self._round = None
-            counts = self._counts.setdefault(kind, [])
+            counts = self._counts.setdefault(ngram, [])
             accepted = max(0, min(g, n_tokens - n0))
             for i in range(min(accepted + 1, g)):
                 if i == len(counts):
@@ -201,11 +201,9 @@ class HeadDrafter:
         """The measured acceptance of looked-up drafts at position i (0-based), given the earlier ones accepted, in
         rounds whose match was `ngram` tokens long (counted apart by length), shrunk towards position i - 1's with
         LOOKUP_PRIOR judgements' weight (position 0's towards FIRST_LOOKUP_RATE of that length)."""
-        return self._rate(f"lookup{min(ngram, LOOKUP_MAX_NGRAM)}", i)
-
-    def _rate(self, kind: str, i: int) -> float:
-        prior = FIRST_LOOKUP_RATE[int(kind[-1])] if i == 0 else self._rate(kind, i - 1)
-        counts = self._counts.get(kind, [])
+        ngram = min(ngram, LOOKUP_MAX_NGRAM)
+        prior = FIRST_LOOKUP_RATE[ngram] if i == 0 else self.lookup_rate(i - 1, ngram)
+        counts = self._counts.get(ngram, [])
         accepted, judged = counts[i] if i < len(counts) else (0, 0)
         return (accepted + LOOKUP_PRIOR * prior) / (judged + LOOKUP_PRIOR)
 
@@ -234,7 +232,7 @@ class HeadDrafter:
                 break
             kept.append(tok)
         if kept:
-            self._round = (f"lookup{min(ngram, LOOKUP_MAX_NGRAM)}", len(tokens), len(kept))
+            self._round = (min(ngram, LOOKUP_MAX_NGRAM), len(tokens), len(kept))
             self.lookup_rounds += 1
         return kept
 
