@@ -11,8 +11,10 @@
 #   ... the device calls (below) ...
 #   bash tools/stage_target.sh off     # the folders back in the index: `git status` as before. NEVER commit between
 #
-# The calls, all in ONE message whose first call starts the machine (the machine goes back ~30 s after a call ends,
-# and writing a second message of many calls takes longer than that), each naming the same `kind`:
+# The calls, each naming the same `kind`. First ONE call alone (`put 000`): where no machine comes it costs 15 s to 2
+# minutes, not the 15 s of every call behind it in a message (two messages of 22 calls lost ~6 minutes each on
+# 2026-12-06). Where it gets one, send all the other calls at once in the next message (the machine goes back ~30 s
+# after a call ends; that day the next message of 21 calls arrived in time):
 #   carry [".stage/assemble.sh", ".stage/p/manifest", ".stage/p/NNN"], command `bash .stage/assemble.sh put NNN`;
 #   the last `bash .stage/assemble.sh put NNN && bash .stage/assemble.sh join` (checks the sha256); then the work
 #   calls (carry [".whl", "minitorch/cuda_kernels"]). A work call that reads the folders taken out (a training call
