@@ -16,8 +16,6 @@ texts came from another engine); `vocab`: the share of answer ids the head canno
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,14 +26,9 @@ from minitorch import from_numpy, tensor as make_tensor
 from minitorch.models import load_model
 from minitorch.models.draft_head import target_fingerprint
 from minitorch.models.head_io import load_head
+from project.evaluation.data import read_json_rows
 
 SHIPPED = Path(__file__).resolve().parent.parent / "heads" / "qwen2.5-coder-1.5b-instruct"
-
-
-def read(path: str) -> list[dict]:
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def agreement(model, head, prompt: list[int], answer: list[int]) -> tuple[float, float]:
@@ -71,7 +64,7 @@ def main() -> None:
     if args.head_vocab:
         head.config.head_vocab = min(args.head_vocab, model.config.vocab_size)
     print(f"target {args.target} ({target_fingerprint(model)}), head {args.head} (head_vocab {head.config.head_vocab})")
-    rows = read(args.run)
+    rows = read_json_rows(Path(args.run))
     spec = {r["id"]: r for r in rows if r.get("mode") == "spec"}
     by_cat: dict[str, list[dict]] = defaultdict(list)
     for r in rows:

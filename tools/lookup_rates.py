@@ -10,12 +10,12 @@ right where it is the answer's next id (the target's greedy text, so the target'
 the drafts before it were right, as a verify judges them.
 """
 import argparse
-import gzip
-import json
 from collections import defaultdict
+from pathlib import Path
 
 from minitorch.generation.drafters import LOOKUP_MAX_NGRAM, lookup_match
 from minitorch.models import load_model
+from project.evaluation.data import read_json_rows
 
 GAMMA = 3  # drafts a match proposes (the CPU head's gamma)
 
@@ -29,8 +29,7 @@ def main() -> None:
     _, tok = load_model("qwen2.5-coder-1.5b-instruct", progress=False)
     counts: dict[int, list[int]] = defaultdict(lambda: [0, 0] * GAMMA)  # n -> [right, judged] by draft position
     for path in args.files:
-        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-            rows = [json.loads(line) for _, line in zip(range(args.n), f)]
+        rows = read_json_rows(Path(path))[:args.n]
         for r in rows:
             if not isinstance(r.get("messages"), list):
                 continue

@@ -167,8 +167,7 @@ class HeadDrafter:
         g, row = self._feed(tokens)
         if self.lookup and cfg.greedy:
             looked_up = self._looked_up(tokens, gamma, gate, top_probability(row))
-            if looked_up:
-                self.cache.truncate(n - 1)
+            if looked_up:  # the head's cache holds n - 1 positions after its feed: the verified prefix
                 return looked_up, None
         drafts: list[int] = []
         qs: list[np.ndarray] = []
@@ -232,7 +231,7 @@ class HeadDrafter:
                 break
             kept.append(tok)
         if kept:
-            self._round = (min(ngram, LOOKUP_MAX_NGRAM), len(tokens), len(kept))
+            self._round = (ngram, len(tokens), len(kept))
             self.lookup_rounds += 1
         return kept
 
