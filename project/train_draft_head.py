@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "time-limited, one call fills the folder (--time-limit is then all theirs) and the next trains")
     o.add_argument("--init", default=None, metavar="DIR",
                    help="start from a saved head for this target (its weights and shapes; a fresh optimizer and "
-                   "schedule), e.g. to go on training it on more data; head.json records it")
+                   "schedule; batches in another order than its own run's: the seed plus the steps it had), e.g. to go "
+                   "on training it on more data; head.json records it")
     o.add_argument("--save-dtype", choices=("float16", "float32", "int8", "int4"), default="float16",
                    help="the saved head's weights (default float16: half the file; int8 / int4 with float16 scales: a "
                    "quarter / an eighth, for shipping; drafting stays exact either way)")
@@ -185,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     from minitorch.models.head_io import load_head, save_head
     from project.training.data import answer_spans
     from project.training.features import FeatureStore
-    from project.training.loop import (TrainState, build_batch, dense_rows, evaluate, load_checkpoint, lr_at,
-                               make_batches, save_checkpoint, time_bounded_total, train_step)
+    from project.training.loop import (TrainState, build_batch, dense_rows, evaluate, gpu_pool_line,
+                                       is_out_of_memory, load_checkpoint, lr_at, make_batches,
+                                       release_cached_memory, save_checkpoint, time_bounded_total, train_step)
     from project.training.objective import ttt_weights
 
     backend = get_backend(args.backend)
@@ -289,10 +291,13 @@ def main(argv: list[str] | None = None) -> int:
         state.evals.append({"step": 0, **ev})
         bar.write(f"step 0 (--init): held-out loss {ev['loss']:.4f}, top-1 agreement {ev['top1']:.3f} "
                   f"(draft steps {_fmt(ev['top1_steps'])})" + _fmt_generated(ev))
+    # a run from --init orders its batches by another seed than the run that made the head: with the same one, a head
+    # cut off part-way through its epoch (the shipped one saw 914 of 1,572 batches) is shown those batches again first
+    order_seed = args.seed + (int((init["training"] or {}).get("steps", 0)) if init else 0)
     tokens_done = 0
     out_of_time = False
     while state.step < total and not out_of_time:
-        batches = make_batches(lengths, args.tokens_per_step, np.random.default_rng(args.seed + state.epoch))
+        batches = make_batches(lengths, args.tokens_per_step, np.random.default_rng(order_seed + state.epoch))
         batches = [[len(held) + i for i in b] for b in batches]  # store order: held out first
         while state.batch_in_epoch < len(batches) and state.step < total:
             idx = batches[state.batch_in_epoch]
@@ -300,7 +305,19 @@ def main(argv: list[str] | None = None) -> int:
             sched = total if budget is None else time_bounded_total(total, start_step, state.step,
                                                                     time.perf_counter() - t1, budget)
             opt.lr = lr_at(state.step, sched, args.lr, args.warmup)
-            rec = train_step(head, opt, batch, lm_rows, args.ce_weight, args.clip, args.ttt_steps)
+            try:
+                rec = train_step(head, opt, batch, lm_rows, args.ce_weight, args.clip, args.ttt_steps)
+            except Exception as err:  # the GPU out of memory: its cached blocks back, the step once more
+                if not is_out_of_memory(err):
+                    raise
+                bar.write(f"step {state.step}: out of GPU memory{gpu_pool_line(backend)}; retrying once")
+                release_cached_memory(backend)
+                try:
+                    rec = train_step(head, opt, batch, lm_rows, args.ce_weight, args.clip, args.ttt_steps)
+                except Exception as err2:
+                    if is_out_of_memory(err2):  # keep what was trained: --resume goes on from here
+                        save_checkpoint(out, head, opt, state)
+                    raise
             rec["lr"] = opt.lr
             state.history.append(rec)
             state.step += 1
@@ -312,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                 ev = evaluate_all()
                 state.evals.append({"step": state.step, **ev})
                 bar.write(f"step {state.step}: held-out loss {ev['loss']:.4f}, top-1 agreement {ev['top1']:.3f} "
-                          f"(draft steps {_fmt(ev['top1_steps'])})" + _fmt_generated(ev))
+                          f"(draft steps {_fmt(ev['top1_steps'])})" + _fmt_generated(ev) + gpu_pool_line(backend))
+                release_cached_memory(backend)
             if state.step % args.save_every == 0:
                 save_checkpoint(out, head, opt, state)
             if args.time_limit and time.perf_counter() - t0 > args.time_limit:

@@ -531,3 +531,66 @@ def test_held_out_agreement_counts_the_targets_and_heads_argmax(setup, tmp_path)
     ev = loop.evaluate(head, [[0, 1, 2]], seqs, store, model, lm_rows, 0.1)
     assert ev["tokens"] == m.sum()
     assert ev["top1"] == pytest.approx((head_arg[m] == target_arg[m]).mean())
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named as CuPy's: the trainer tells the GPU's out-of-memory error by its name."""
+
+
+def test_out_of_gpu_memory_retries_the_step_once_then_keeps_what_was_trained(setup, monkeypatch):
+    """A step that runs out of GPU memory is run once more after the pool's cached blocks go back (the same weights as
+    a run that never failed); a step that fails twice leaves the checkpoint of the steps before it for --resume."""
+    model, tok, root, rows = setup
+    straight = load_head(_train(root, "oom_straight", "--max-steps", "6", "--save-every", "100"), model)
+    real, calls, released = loop.train_step, {"n": 0}, []
+
+    def fails_at(*bad):
+        def step(*a, **k):
+            calls["n"] += 1
+            if calls["n"] in bad:
+                raise OutOfMemoryError("Out of memory allocating 1,071,775,744 bytes")
+            return real(*a, **k)
+        return step
+
+    monkeypatch.setattr(loop, "release_cached_memory", lambda backend: released.append(backend))
+    monkeypatch.setattr(loop, "train_step", fails_at(3))
+    again = load_head(_train(root, "oom_once", "--max-steps", "6", "--save-every", "100"), model)
+    assert released  # the cached blocks were handed back before the retry
+    for (n, a), (_, b) in zip(straight.named_parameters(), again.named_parameters()):
+        np.testing.assert_array_equal(np.asarray(b.value.to_numpy()), np.asarray(a.value.to_numpy()), err_msg=n)
+    calls["n"] = 0
+    monkeypatch.setattr(loop, "train_step", fails_at(5, 6))  # step 4 (0-based) fails, and its retry
+    with pytest.raises(OutOfMemoryError):
+        _train(root, "oom_twice", "--max-steps", "6", "--save-every", "100")
+    assert json.loads((root / "oom_twice" / "checkpoint" / "state.json").read_text())["step"] == 4
+
+    def other_error(*a, **k):
+        calls["n"] += 1
+        raise ValueError("not the GPU's memory")
+
+    calls["n"] = 0
+    monkeypatch.setattr(loop, "train_step", other_error)
+    with pytest.raises(ValueError):  # any other error is not retried
+        _train(root, "other_error", "--max-steps", "6")
+    assert calls["n"] == 1
+
+
+def test_a_run_from_init_shows_its_batches_in_another_order_than_the_heads_own_run(setup, trained, monkeypatch):
+    """The shipped head stopped at 914 of 1,572 batches of its epoch: a run from it with the same batch-order seed
+    would first show it those 914 again. A run from --init orders its batches by the seed plus the head's steps."""
+    model, tok, root, rows = setup
+    head, src = trained
+    steps = json.loads((src / "head.json").read_text())["training"]["steps"]
+    assert steps > 0
+    real, seeds = loop.make_batches, []
+
+    def spy(lengths, tokens_per_step, rng):
+        seeds.append(int(rng.bit_generator.seed_seq.entropy))
+        return real(lengths, tokens_per_step, rng)
+
+    monkeypatch.setattr(loop, "make_batches", spy)
+    _train(root, "order_own", "--max-steps", "1")
+    assert steps not in seeds
+    seeds.clear()
+    _train(root, "order_init", "--init", str(src), "--max-steps", "1")
+    assert steps in seeds

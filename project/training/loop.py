@@ -132,6 +132,31 @@ def time_bounded_total(total: int, start_step: int, step: int, elapsed: float, b
     return max(step, min(total, start_step + int(done * budget / elapsed)))
 
 
+def release_cached_memory(backend: Any) -> None:
+    """On a CUDA backend, hand the memory pool's unused blocks back to the device. Each training batch's tensors
+    have their own token count, so the pool's cached blocks fit later batches less and less: on one H100 a run from
+    --init ran out of memory after ~450 steps with 83 GB held (2026-12-06, 8,192 tokens a step, TTT 3)."""
+    if getattr(backend, "cuda", False):
+        from minitorch.cuda.runtime import get_cupy
+
+        get_cupy().get_default_memory_pool().free_all_blocks()
+
+
+def gpu_pool_line(backend: Any) -> str:
+    """On a CUDA backend, what the memory pool holds (in use / cached), for the log; "" elsewhere."""
+    if not getattr(backend, "cuda", False):
+        return ""
+    from minitorch.cuda.runtime import get_cupy
+
+    pool = get_cupy().get_default_memory_pool()
+    return f"; GPU pool {pool.used_bytes() / 1e9:.1f} GB in use, {pool.total_bytes() / 1e9:.1f} GB held"
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether err is the GPU's out-of-memory error (CuPy's OutOfMemoryError, told by name: no CuPy import here)."""
+    return type(err).__name__ == "OutOfMemoryError"
+
+
 def clip_gradients(params: Sequence[Any], max_norm: float) -> float:
     """Scale all gradients so that their global norm is at most max_norm; returns the norm before."""
     grads = [p.value.grad for p in params if p.value is not None and p.value.grad is not None]
