@@ -615,8 +615,8 @@ class _CheckedHeadDrafter(HeadDrafter):
     keep_drafts: the broken variant, a drafter that keeps its drafted positions (fed the head's own guessed
     features) after a round instead of trimming them."""
 
-    def __init__(self, head, target, keep_drafts=False, lookup=0):
-        super().__init__(head, target, lookup=lookup)
+    def __init__(self, head, target, keep_drafts=False, lookup=0, prompt_window=0):
+        super().__init__(head, target, lookup=lookup, prompt_window=prompt_window)
         self.keep_drafts, self.checked, self.mismatch = keep_drafts, 0, []
 
     def _step(self, feats, ids):
@@ -625,13 +625,13 @@ class _CheckedHeadDrafter(HeadDrafter):
         return out
 
     def propose(self, tokens, gamma, cfg, rng):
-        n, length = len(tokens), self.cache.length
+        n, length, b = len(tokens), self.cache.length, self._base
         if length:
-            assert length <= n - 1, f"the head caches {length} positions of a {n}-token context"
-            ref = self.head.new_cache(self.cache.max_len)
+            assert b + length <= n - 1, f"the head caches {length} positions from {b} of a {n}-token context"
+            ref = self.head.new_cache(self.cache.max_len)  # a fresh head over the same positions (from the window's)
             with minitorch.no_grad():
-                feats = minitorch.from_numpy(self._feats[:length][None].copy(), backend=self.head.backend)
-                self.head.draft_step(feats, self._embed([int(t) for t in tokens[1:length + 1]]), ref, self._lm, 8)
+                feats = minitorch.from_numpy(self._feats[b:b + length][None].copy(), backend=self.head.backend)
+                self.head.draft_step(feats, self._embed([int(t) for t in tokens[b + 1:b + length + 1]]), ref, self._lm, 8)
             for mine, fresh in zip(self.cache.keys + self.cache.values, ref.keys + ref.values):
                 a, b = mine.to_numpy()[0, :, :length], fresh.to_numpy()[0, :, :length]
                 if not np.allclose(a, b, rtol=1e-4, atol=1e-5):
@@ -658,6 +658,55 @@ def test_the_head_cache_holds_exactly_the_verified_prefix_after_every_round(targ
     broken = _CheckedHeadDrafter(head, model, keep_drafts=True)
     speculative_generate(model, broken, prompt, 40, SamplingConfig(), gamma=3)
     assert broken.mismatch, "a head that keeps its drafted positions was not caught"
+
+
+def test_a_prompt_window_reads_the_prompts_last_positions_and_keeps_the_cache_exact(target):
+    """prompt_window W: the head reads only the prompt's last W positions (its cache starts there; RoPE scores depend on
+    relative positions only, so that is a head that sees the window alone). The output is the target's, the cache
+    holds exactly those positions and the verified ones after every round, and the first round's row is what a
+    fresh head gives over the window. The broken variant (a feed that forgets where the window starts) is caught."""
+    model, tok, _ = target
+    prompt = tok.encode("Natalia sold clips to 48 of her friends in April, and then she sold half as many")
+    assert len(prompt) > 12
+    head = DraftHead(_cfg(model), model.backend, seed=9)
+    d = _CheckedHeadDrafter(head, model, prompt_window=8)
+    spec = speculative_generate(model, d, prompt, 40, SamplingConfig(), gamma=3)
+    assert spec.tokens == generate(model, prompt, 40, SamplingConfig()).tokens
+    assert d.checked >= 10 and not d.mismatch, d.mismatch
+    # the prompt's features through a fresh windowed drafter: its first draft row is a fresh head's over the window
+    with minitorch.no_grad():
+        logits, feats = model(prompt, model.new_cache(len(prompt) + 4), return_hidden=True)
+        w = HeadDrafter(head, model, prompt_window=8)
+        w.start(prompt, len(prompt) + 4, model.config.vocab_size)
+        w.observe(feats)
+        assert w._base == len(prompt) - 1 - 8 and w.cache.length == 8
+        _, row = w._feed(prompt)
+        ref = head.new_cache(len(prompt) + 4)
+        f = feats.to_numpy().reshape(len(prompt), -1)
+        b = len(prompt) - 1 - 8
+        _, want = head.draft_step(minitorch.from_numpy(f[b:len(prompt) - 1][None].copy(), backend=head.backend),
+                                  w._embed(prompt[b + 1:]), ref, w._lm, row.shape[0])
+    np.testing.assert_allclose(row, want.to_numpy().reshape(-1), rtol=1e-5, atol=1e-5)
+
+    class Forgets(_CheckedHeadDrafter):
+        def _feed(self, tokens):
+            base, self._base = self._base, 0  # reads from cache.length as if the cache started at position 0
+            try:
+                return super()._feed(tokens)
+            finally:
+                self._base = base
+
+    broken = Forgets(head, model, prompt_window=8)
+    try:
+        speculative_generate(model, broken, prompt, 40, SamplingConfig(), gamma=3)
+    except (AssertionError, RuntimeError, ValueError):
+        return  # caught by the cache check's bounds
+    assert broken.mismatch, "a windowed head that forgets where its window starts was not caught"
+
+
+def test_prompt_window_must_be_a_count():
+    with pytest.raises(ValueError):
+        HeadDrafter.__init__(HeadDrafter.__new__(HeadDrafter), None, None, prompt_window=-1)
 
 
 # -- prompt lookup first (--draft-lookup) ---------------------------------------------------------------------------

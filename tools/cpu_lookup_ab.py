@@ -4,6 +4,8 @@ question in rotating order. One line a question: speedup over the target alone, 
 (`dec`), tau, looked-up rounds / rounds, and whether the text is the target's (=).
 
     python tools/cpu_lookup_ab.py --per 3 --lookups 0,2 [--cats math,rag] [--out FILE.jsonl]
+    python tools/cpu_lookup_ab.py --per 4 --lookups 0 --windows 0,128    the head reading only the prompt's last W
+                                                                         positions (HeadDrafter prompt_window), as L0W128
     python tools/cpu_lookup_ab.py --summarize FILE.jsonl      the summary lines of an earlier run
 
 Summary (printed at the end too), by mode: all questions' target seconds over their seconds, the median question,
@@ -35,14 +37,16 @@ from minitorch.generation.engine import DrafterSpec, make_engine
 
 p = argparse.ArgumentParser(); add_engine_args(p)
 p.add_argument("--per", type=int, default=3); p.add_argument("--lookups", default="0,2")
+p.add_argument("--windows", default="0")
 p.add_argument("--out", default="/tmp/lookup_ab.jsonl"); p.add_argument("--cats", default=None)
 args = p.parse_args(sys.argv[1:] + ["--drafter", "head"])
 m = load_models(resolve_settings(args), progress=False)
 s = m.settings
 engines = {}
 for L in [int(x) for x in args.lookups.split(",")]:
-    spec = DrafterSpec("head", head=m.head, gamma=s.gamma, adaptive=s.adaptive, lookup=L)
-    engines[f"L{L}"] = make_engine(m.target, spec, s.sampling, m.stop_ids, m.vocab_size)
+    for W in [int(x) for x in args.windows.split(",")]:
+        spec = DrafterSpec("head", head=m.head, gamma=s.gamma, adaptive=s.adaptive, lookup=L, prompt_window=W)
+        engines[f"L{L}" + (f"W{W}" if W else "")] = make_engine(m.target, spec, s.sampling, m.stop_ids, m.vocab_size)
 engines["target"] = engines[next(iter(engines))].alone()
 next(iter(engines.values())).warm_up(batch=1)
 probs = load_problems("spec_bench")

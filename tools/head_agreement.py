@@ -31,19 +31,23 @@ from project.evaluation.data import read_json_rows
 SHIPPED = Path(__file__).resolve().parent.parent / "heads" / "qwen2.5-coder-1.5b-instruct"
 
 
-def agreement(model, head, prompt: list[int], answer: list[int]) -> tuple[float, float]:
-    """(top1, same) over the answer's positions (module docstring)."""
+def agreement(model, head, prompt: list[int], answer: list[int], windows: tuple[int, ...] = (0,)) -> tuple[list[float], float]:
+    """([top1 for each prompt window], same) over the answer's positions (module docstring). A window W > 0: the head
+    reads only the prompt's last W positions, as HeadDrafter(prompt_window=W) does."""
     ids = prompt + answer
+    p = len(prompt)
     with minitorch.no_grad():
         logits, hidden = model(ids, model.new_cache(len(ids) + 8), return_hidden=True)
         greedy = np.asarray(logits.to_numpy())[0].argmax(-1)  # greedy[t]: the target's token after position t
         f = np.asarray(hidden.to_numpy(), np.float32).reshape(len(ids), -1)
-        emb = model.model.embed_tokens(make_tensor([ids[1:]], dtype="int64", backend=head.backend))
-        g = head(from_numpy(f[:-1][None], backend=head.backend), emb, head.new_cache(len(ids) + 8))
-        drafts = np.asarray(head.logits(g, model.lm_head_weight(), head.config.head_vocab).to_numpy())[0].argmax(-1)
-    p = len(prompt)
-    at = slice(p - 1, len(ids) - 2)  # head position t predicts token t + 2: the answer's second token onwards
-    top1 = float((drafts[at] == greedy[1:][at]).mean())
+        top1 = []
+        for w in windows:
+            b = max(0, p - 1 - w) if w else 0  # the head's first position
+            emb = model.model.embed_tokens(make_tensor([ids[b + 1:]], dtype="int64", backend=head.backend))
+            g = head(from_numpy(f[b:-1][None], backend=head.backend), emb, head.new_cache(len(ids) + 8))
+            drafts = np.asarray(head.logits(g, model.lm_head_weight(), head.config.head_vocab).to_numpy())[0].argmax(-1)
+            at = slice(p - 1, len(ids) - 2)  # head position t predicts token t + 2: the answer's second token onwards
+            top1.append(float((drafts[at.start - b:at.stop - b] == greedy[1:][at]).mean()))
     same = float((greedy[p - 1:len(ids) - 1] == np.asarray(answer)).mean())
     return top1, same
 
@@ -58,7 +62,12 @@ def main() -> None:
     ap.add_argument("--head-vocab", type=int, default=None, metavar="N",
                     help="propose among the first N ids instead of the head's own head_vocab (its LM head is the "
                     "target's: any N up to the vocabulary reads the same trained layer)")
+    ap.add_argument("--prompt-windows", default="0", metavar="W[,W]",
+                    help="the head reads only the prompt's last W positions (0: all; a comma list: each, one target "
+                    "run; default 0)")
+    ap.add_argument("--categories", default=None, metavar="CAT[,CAT]", help="only these categories")
     args = ap.parse_args()
+    windows = tuple(int(w) for w in args.prompt_windows.split(","))
     model, tok = load_model(args.target, progress=False)
     head = load_head(args.head, model)
     if args.head_vocab:
@@ -68,27 +77,32 @@ def main() -> None:
     spec = {r["id"]: r for r in rows if r.get("mode") == "spec"}
     by_cat: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
+        if args.categories and r.get("category") not in args.categories.split(","):
+            continue
         if r.get("mode") == "target" and len(by_cat[r.get("category")]) < args.per:
             by_cat[r.get("category")].append(r)
-    tab: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    tab: dict[str, list[tuple[float, ...]]] = defaultdict(list)
     for cat, recs in by_cat.items():
         for r in recs:
             text = r["turns"][0]["text"] if r.get("turns") else r["text"]
             prompt, answer = tok.encode(r["prompt"]), tok.encode(text)[:args.max_tokens]
             if len(answer) < 3:
                 continue
-            top1, same = agreement(model, head, list(prompt), list(answer))
+            top1s, same = agreement(model, head, list(prompt), list(answer), windows)
             vocab = float(np.mean(np.asarray(answer) >= head.config.head_vocab))
             s = spec.get(r["id"], {})
             pos0 = (s.get("per_position_acceptance") or [float("nan")])[0]
-            tab[cat].append((top1, pos0))
-            print(f"{cat:15s} {r['id']:16s} prompt {len(prompt):4d} answer {len(answer):4d}  top1 {top1:.3f}  "
+            tab[cat].append((*top1s, pos0))
+            top1 = " / ".join(f"{t:.3f}" for t in top1s)
+            print(f"{cat:15s} {r['id']:16s} prompt {len(prompt):4d} answer {len(answer):4d}  top1 {top1}  "
                   f"same {same:.3f}  vocab {vocab:.3f}  | engine first-position {pos0:.3f} tau {s.get('tau', 0):.2f}",
                   flush=True)
-    print("category means: top1 / engine first-position")
+    heads = " / ".join(f"top1 (window {w or 'all'})" for w in windows)
+    print(f"category means: {heads} / engine first-position")
     for cat, v in tab.items():
         a = np.asarray(v)
-        print(f"  {cat:15s} {a[:, 0].mean():.3f} / {np.nanmean(a[:, 1]):.3f}")
+        print(f"  {cat:15s} " + " / ".join(f"{a[:, i].mean():.3f}" for i in range(len(windows)))
+              + f" / {np.nanmean(a[:, -1]):.3f}")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ class DrafterSpec:
     propose_vocab: int = 0  # "model": propose among the first n token ids only; 0 = all
     adaptive: bool | str = False  # True: raise gamma after a fully accepted round, lower it after an early
     # rejection; "cost": each round drafts 0..gamma by the measured acceptance and costs (budget.py; CPU engine)
+    prompt_window: int = 0  # "head", CPU engine: the head reads only the prompt's last this many positions (0: all)
     tree: Optional[tuple[int, int, int]] = None  # "head", greedy: a draft tree a round instead of a chain, (top_k,
     # depth, budget nodes): EAGLE-2's selection on the CPU engine (tree_decoding.py), a chain with alternatives on the
     # CUDA-graph engine (cuda_tree.py)
@@ -74,7 +75,7 @@ class DrafterSpec:
     def __post_init__(self) -> None:
         if self.kind not in DRAFTER_KINDS:
             raise ValueError(f"drafter kind must be one of {', '.join(DRAFTER_KINDS)}, got {self.kind!r}")
-        for name in ("gamma", "extend", "propose_vocab", "lookup"):
+        for name in ("gamma", "extend", "propose_vocab", "lookup", "prompt_window"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "gamma" else 0):
                 raise ValueError(f"{name} must be an integer >= {1 if name == 'gamma' else 0}, got {v!r}")
@@ -153,7 +154,7 @@ def drafter_for(spec: DrafterSpec, target: Any, vocab_size: int) -> Any:
             raise ValueError("a head's drafts continued by prompt lookup (extend) run on the CUDA-graph engine only")
         from .head_drafter import HeadDrafter
 
-        return HeadDrafter(spec.head, target, lookup=spec.lookup)
+        return HeadDrafter(spec.head, target, lookup=spec.lookup, prompt_window=spec.prompt_window)
     if on_graphs(spec.model) != graphs:
         raise ValueError("the draft model and the target must run on the same engine (both CudaDecoders or neither)")
     if graphs:

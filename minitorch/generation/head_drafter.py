@@ -70,12 +70,16 @@ class HeadDrafter:
     needs_hidden = True
     gated = True
 
-    def __init__(self, head: Any, target: Any, lookup: int = 0) -> None:
+    def __init__(self, head: Any, target: Any, lookup: int = 0, prompt_window: int = 0) -> None:
         """lookup: M > 0 drafts by prompt lookup first where an n-gram of M or more tokens matches (module
-        docstring); 0: the head drafts every round."""
+        docstring); 0: the head drafts every round. prompt_window: W > 0 reads only the prompt's last W positions
+        (module docstring); 0: all of them."""
         if isinstance(lookup, bool) or not isinstance(lookup, int) or not 0 <= lookup <= LOOKUP_MAX_NGRAM:
             raise ValueError(f"lookup must be an integer in 0..{LOOKUP_MAX_NGRAM}, got {lookup!r}")
-        self.head, self.target, self.lookup = head, target, lookup
+        if isinstance(prompt_window, bool) or not isinstance(prompt_window, int) or prompt_window < 0:
+            raise ValueError(f"prompt_window must be an integer >= 0, got {prompt_window!r}")
+        self.head, self.target, self.lookup, self.prompt_window = head, target, lookup, prompt_window
+        self._base = 0  # the context position of the head cache's first row (> 0 where the prompt was windowed)
         self.lookup_rounds = 0  # this generation's rounds drafted by prompt lookup
         self._round: tuple[int, int, int] | None = None  # (match length, context length, drafts) of a looked-up round
         self._counts: dict[int, list[list[int]]] = {}  # match length -> by draft position: [accepted, judged]
@@ -95,6 +99,7 @@ class HeadDrafter:
         self.cache = self.head.new_cache(max_len)
         self._feats = np.zeros((max_len, self.head.config.hidden_size), dtype=np.float32)
         self._n_feats = 0
+        self._base = 0
         self.forwards = 0
         self._prompt = [int(t) for t in prompt_ids]
         self.lookup_rounds, self._round, self._counts = 0, None, {}
@@ -109,7 +114,9 @@ class HeadDrafter:
         prompt, self._prompt = self._prompt, None
         if prompt is not None and self._n_feats >= 2 and self.cache.length == 0:
             n = self._n_feats  # head positions 0..n-2 read f_0..f_{n-2}; the last waits for the first round
-            self._step(from_numpy(self._feats[:n - 1][None], backend=self.head.backend), prompt[1:n])
+            b = max(0, n - 1 - self.prompt_window) if self.prompt_window else 0  # the window's first position
+            self._base = b
+            self._step(from_numpy(self._feats[b:n - 1][None], backend=self.head.backend), prompt[b + 1:n])
 
     def rollback(self, n_tokens: int) -> None:
         """Only the context's first n_tokens positions are still valid. After a looked-up round (the engine rolls back
@@ -126,8 +133,10 @@ class HeadDrafter:
                 counts[i][0] += i < accepted
                 counts[i][1] += 1
         self._n_feats = min(self._n_feats, n_tokens)
-        if self.cache is not None and self.cache.length > n_tokens:
-            self.cache.truncate(n_tokens)
+        if self.cache is not None and self._base + self.cache.length > n_tokens:
+            if n_tokens < self._base:  # back before the window's start: the head starts again there
+                self._base = n_tokens
+            self.cache.truncate(n_tokens - self._base)
 
     def _embed(self, ids: Sequence[int]) -> Any:
         return self._emb(make_tensor([list(ids)], dtype="int64", backend=self.head.backend))  # (1, T, D)
@@ -149,9 +158,10 @@ class HeadDrafter:
         last (1, 1, D) and its logits row, whose top token is the first draft."""
         n = len(tokens)
         self._check_features(n)
-        if self.cache.length > n - 2:  # the same context again (no new token since the last call): its last position
-            self.cache.truncate(n - 2)
-        k = self.cache.length
+        if self._base + self.cache.length > n - 2:  # the same context again (no new token since the last call): its
+            self.cache.truncate(max(0, n - 2 - self._base))  # last position
+            self._base = min(self._base, n - 2)
+        k = self._base + self.cache.length  # the first context position the head has not read
         feats = from_numpy(self._feats[k:n - 1][None], backend=self.head.backend)  # (1, n-1-k, D)
         return self._step(feats, [int(t) for t in tokens[k + 1:n]])
 
@@ -193,7 +203,7 @@ class HeadDrafter:
                 if gate is not None and not gate.extend(i + 1, p):
                     break
                 g, row = self._step(g, [tok])
-        self.cache.truncate(n - 1)
+        self.cache.truncate(n - 1 - self._base)
         return drafts, (np.stack(qs) if qs else None)
 
     def lookup_rate(self, i: int, ngram: int = LOOKUP_MAX_NGRAM) -> float:
@@ -246,7 +256,7 @@ class HeadDrafter:
         if n < 2:
             raise RuntimeError("a draft tree needs a context of two tokens or more")
         g, row = self._feed(tokens)
-        base = self.cache.length  # n - 1: the tree's rows go after
+        base = self.cache.length  # n - 1 - self._base: the tree's rows go after
         fed: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {
             (): (g.to_numpy().reshape(-1), row, np.zeros(0, dtype=np.uint8))}  # path -> (g, logits, sees)
         n_head = row.shape[0]
@@ -262,7 +272,7 @@ class HeadDrafter:
                     sees = fed[p[:-1]][2]
                     mask[r, :sees.shape[0]] = sees
                     mask[r, start - base + r] = 1
-                    positions[r] = n - 2 + len(p)
+                    positions[r] = n - 2 - self._base + len(p)  # the head's positions count from its cache's first row
                 parent_g = np.stack([fed[p[:-1]][0] for p in new])[None]
                 gs, logits = self.head.draft_step(from_numpy(parent_g, backend=self.head.backend),
                                                   self._embed([p[-1] for p in new]), self.cache, self._lm, n_head,
@@ -274,5 +284,5 @@ class HeadDrafter:
             return [top_logprobs(fed[tuple(int(t) for t in p)][1], k_top) for p in paths]
 
         tree = grow_tree(expand, top_k, depth, budget, extend)
-        self.cache.truncate(n - 1)
+        self.cache.truncate(n - 1 - self._base)
         return tree
