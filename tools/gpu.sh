@@ -40,7 +40,8 @@
 #   train-head           train_draft_head.py --backend cuda on GSM8K train (LIMIT_PROBLEMS, 3000) + every committed
 #                        answer file (data/chat's general text too) + /root/gen's and /root/chat*'s, for TRAIN_LIMIT s
 #                        (420), sequences cut at MAX_SEQ (2048) tokens, --ttt-steps TTT (3), --epochs EPOCHS (3.5),
-#                        --lr LR (2e-3); INIT=DIR starts from that head; the features stay in /root/features for the
+#                        --lr LR (2e-3), --tokens-per-step TOKENS (8192; an H100 ran out of memory at ~450 steps of
+#                        8192 on 2026-12-06); INIT=DIR starts from that head; the features stay in /root/features for the
 #                        next call on the same data (FEATURES_ONLY=1: a call that only fills them, all its time;
 #                        RESUME=1: go on with /root/head's checkpoint). The head goes to /root/head and, in 15 MB parts, to $OUT
 #                        (`cat head.safetensors.part* > head.safetensors`); then (EVAL_N > 0, default 5) its acceptance
@@ -132,7 +133,7 @@ train_head() {
   [ -n "${INIT:-}" ] && INIT_ARGS=(--init "$INIT")
   log "train ${GEN[*]} ${INIT_ARGS[*]}"
   python3 project/train_draft_head.py --backend cuda --limit "${LIMIT_PROBLEMS:-3000}" "${GEN[@]}" "${INIT_ARGS[@]}" \
-    --epochs "${EPOCHS:-3.5}" --tokens-per-step 8192 --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
+    --epochs "${EPOCHS:-3.5}" --tokens-per-step "${TOKENS:-8192}" --lr "${LR:-2e-3}" --eval-every 100 --save-every 100 \
     --ttt-steps "${TTT:-3}" --max-seq-len "${MAX_SEQ:-2048}" --time-limit "$2" --output "$1" --features /root/features --quiet \
     $( [ -n "${FEATURES_ONLY:-}" ] && echo --features-only ) $( [ -n "${RESUME:-}" ] && echo --resume )
 }
