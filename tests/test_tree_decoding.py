@@ -64,6 +64,42 @@ def test_the_heads_tree_equals_expanding_each_path_alone(pair):
         assert d.cache.length == len(PROMPT) - 1  # trimmed back to the verified prefix
 
 
+def test_a_windowed_heads_tree_equals_a_fresh_head_over_the_window(pair):
+    """HeadDrafter(prompt_window=W): the tree's nodes sit at positions counted from the window's first row (its cache's),
+    so the tree equals expanding each path with a fresh head over the window's features alone (positions from 0)."""
+    target, head = pair
+    n, w = len(PROMPT), 4
+    b = n - 2 - w  # the prefill's features are the context's but its pending token's: n - 1 of them, the window their last w
+    assert b > 0
+
+    def windowed():
+        d = HeadDrafter(head, target, prompt_window=w)
+        cache = target.new_cache(64)
+        with minitorch.no_grad():
+            feats = target(PROMPT[:-1], cache, last_n=1, return_hidden=True)[1]
+            d.start(PROMPT, 64)
+            d.observe(feats)
+        return d
+
+    def topk(ctx, k):
+        d = windowed()
+        d.cache = head.new_cache(64)  # a fresh head over the window: f_b..f_{n-2}, tokens b+1..n-1, positions from 0
+        with minitorch.no_grad():
+            g, row = d._step(minitorch.from_numpy(d._feats[b:n - 1][None], backend=head.backend), PROMPT[b + 1:n])
+            for tok in ctx[n:]:
+                g, row = d._step(g, [tok])
+        return top_logprobs(row, k)
+
+    d = windowed()
+    assert d._base == b and d.cache.length == w
+    with minitorch.no_grad():
+        got = d.propose_tree(PROMPT, 3, 3, 8)
+    want = build_tree(topk, PROMPT, 3, 3, 8)
+    assert (got.tokens, got.parents) == (want.tokens, want.parents)
+    np.testing.assert_allclose(got.scores, want.scores, rtol=1e-5, atol=1e-5)  # the nodes' log probabilities too
+    assert d.cache.length == n - 1 - b
+
+
 @pytest.mark.parametrize("top_k, depth, budget", [(1, 3, 3), (2, 3, 6), (4, 4, 12)])
 def test_tree_decoding_with_the_head_equals_the_target_alone(pair, top_k, depth, budget):
     target, head = pair

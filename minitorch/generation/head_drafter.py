@@ -28,6 +28,12 @@ drafts' by the run's measured acceptance of looked-up drafts at each position (a
 matched: a 3-gram's continuation is right far more often than a 2-gram's), the head's by its confidence in its first
 draft (its top probability), taken for its later drafts too. With a gate each looked-up draft is priced like the
 head's, p the product of the looked-up rates up to it.
+
+A prompt window (`prompt_window` = W > 0): the head reads only the prompt's last W positions, its cache's first row
+being context position `_base` (and its positions counted from there: RoPE scores depend on relative positions only,
+so it is exactly a head that sees the window). On the CPU the head's step over a prompt is ~3% of the target's
+prefill; W = 128 cost summaries a quarter of their first-draft agreement, so it is off by default
+(docs/results/cpu_zen3_prompt_window/).
 """
 from __future__ import annotations
 
