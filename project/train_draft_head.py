@@ -187,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     from project.training.data import answer_spans
     from project.training.features import FeatureStore
     from project.training.loop import (TrainState, build_batch, dense_rows, evaluate, gpu_pool_line,
-                                       is_out_of_memory, load_checkpoint, lr_at, make_batches,
-                                       release_cached_memory, save_checkpoint, time_bounded_total, train_step)
+                                       is_out_of_memory, load_checkpoint, lr_at, make_batches, save_checkpoint,
+                                       time_bounded_total, train_step)
     from project.training.objective import ttt_weights
 
     backend = get_backend(args.backend)
@@ -307,17 +307,11 @@ def main(argv: list[str] | None = None) -> int:
             opt.lr = lr_at(state.step, sched, args.lr, args.warmup)
             try:
                 rec = train_step(head, opt, batch, lm_rows, args.ce_weight, args.clip, args.ttt_steps)
-            except Exception as err:  # the GPU out of memory: its cached blocks back, the step once more
-                if not is_out_of_memory(err):
-                    raise
-                bar.write(f"step {state.step}: out of GPU memory{gpu_pool_line(backend)}; retrying once")
-                release_cached_memory(backend)
-                try:
-                    rec = train_step(head, opt, batch, lm_rows, args.ce_weight, args.clip, args.ttt_steps)
-                except Exception as err2:
-                    if is_out_of_memory(err2):  # keep what was trained: --resume goes on from here
-                        save_checkpoint(out, head, opt, state)
-                    raise
+            except Exception as err:
+                if is_out_of_memory(err):  # keep what was trained (--resume goes on from here; TOKENS: smaller steps)
+                    bar.write(f"step {state.step}: out of GPU memory{gpu_pool_line(backend)}; checkpoint saved")
+                    save_checkpoint(out, head, opt, state)
+                raise
             rec["lr"] = opt.lr
             state.history.append(rec)
             state.step += 1
@@ -330,7 +324,6 @@ def main(argv: list[str] | None = None) -> int:
                 state.evals.append({"step": state.step, **ev})
                 bar.write(f"step {state.step}: held-out loss {ev['loss']:.4f}, top-1 agreement {ev['top1']:.3f} "
                           f"(draft steps {_fmt(ev['top1_steps'])})" + _fmt_generated(ev) + gpu_pool_line(backend))
-                release_cached_memory(backend)
             if state.step % args.save_every == 0:
                 save_checkpoint(out, head, opt, state)
             if args.time_limit and time.perf_counter() - t0 > args.time_limit:

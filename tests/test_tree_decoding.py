@@ -31,8 +31,8 @@ def pair(tmp_path_factory):
     return target, head
 
 
-def started(target, head, context):
-    d = HeadDrafter(head, target)
+def started(target, head, context, prompt_window=0):
+    d = HeadDrafter(head, target, prompt_window=prompt_window)
     cache = target.new_cache(64)
     with minitorch.no_grad():
         feats = target(context[:-1], cache, last_n=1, return_hidden=True)[1]
@@ -73,13 +73,7 @@ def test_a_windowed_heads_tree_equals_a_fresh_head_over_the_window(pair):
     assert b > 0
 
     def windowed():
-        d = HeadDrafter(head, target, prompt_window=w)
-        cache = target.new_cache(64)
-        with minitorch.no_grad():
-            feats = target(PROMPT[:-1], cache, last_n=1, return_hidden=True)[1]
-            d.start(PROMPT, 64)
-            d.observe(feats)
-        return d
+        return started(target, head, PROMPT, prompt_window=w)
 
     def topk(ctx, k):
         d = windowed()

@@ -41,12 +41,12 @@ def agreement(model, head, prompt: list[int], answer: list[int], windows: tuple[
         greedy = np.asarray(logits.to_numpy())[0].argmax(-1)  # greedy[t]: the target's token after position t
         f = np.asarray(hidden.to_numpy(), np.float32).reshape(len(ids), -1)
         top1 = []
+        at = slice(p - 1, len(ids) - 2)  # head position t predicts token t + 2: the answer's second token onwards
         for w in windows:
             b = max(0, p - 1 - w) if w else 0  # the head's first position
             emb = model.model.embed_tokens(make_tensor([ids[b + 1:]], dtype="int64", backend=head.backend))
             g = head(from_numpy(f[b:-1][None], backend=head.backend), emb, head.new_cache(len(ids) + 8))
             drafts = np.asarray(head.logits(g, model.lm_head_weight(), head.config.head_vocab).to_numpy())[0].argmax(-1)
-            at = slice(p - 1, len(ids) - 2)  # head position t predicts token t + 2: the answer's second token onwards
             top1.append(float((drafts[at.start - b:at.stop - b] == greedy[1:][at]).mean()))
     same = float((greedy[p - 1:len(ids) - 1] == np.asarray(answer)).mean())
     return top1, same

@@ -132,18 +132,10 @@ def time_bounded_total(total: int, start_step: int, step: int, elapsed: float, b
     return max(step, min(total, start_step + int(done * budget / elapsed)))
 
 
-def release_cached_memory(backend: Any) -> None:
-    """On a CUDA backend, hand the memory pool's unused blocks back to the device. Each training batch's tensors
-    have their own token count, so the pool's cached blocks fit later batches less and less: on one H100 a run from
-    --init ran out of memory after ~450 steps with 83 GB held (2026-12-06, 8,192 tokens a step, TTT 3)."""
-    if getattr(backend, "cuda", False):
-        from minitorch.cuda.runtime import get_cupy
-
-        get_cupy().get_default_memory_pool().free_all_blocks()
-
-
 def gpu_pool_line(backend: Any) -> str:
-    """On a CUDA backend, what the memory pool holds (in use / cached), for the log; "" elsewhere."""
+    """On a CUDA backend, what the memory pool holds (in use / cached), for the log; "" elsewhere. (On one H100 a run
+    from --init ran out of memory after ~450 steps of 8,192 tokens with 83 GB held, 2026-12-06: these lines tell
+    whether the use grows. CuPy's allocator itself frees its cached blocks and collects garbage before it gives up.)"""
     if not getattr(backend, "cuda", False):
         return ""
     from minitorch.cuda.runtime import get_cupy
