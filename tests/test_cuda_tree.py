@@ -280,3 +280,56 @@ def test_topk_matches_numpy_with_ties_to_the_lower_index():
         kernels().launch("topk_f32", (1,), (256,), (cp.asarray(x), np.int32(V), np.int32(K), out))
         want = np.lexsort((np.arange(V), -x))[:K]
         assert list(out.get()) == list(want), (V, K)
+
+
+def _decode_rows(dec, prompt, tokens):
+    """The logits of one-token decode steps over tokens after the prompt (the reference a verify row must equal)."""
+    dec.prefill(prompt)
+    rows = []
+    for tok in tokens:
+        dec.run([tok], all_logits=True, advance=True)
+        dec.stream.synchronize()
+        rows.append(_rows(dec, 1)[0])
+    return np.stack(rows)
+
+
+def _step_rows(dec, prompt, tokens):
+    dec.prefill(prompt)
+    dec.run(tokens, all_logits=True, advance=False)
+    dec.stream.synchronize()
+    return _rows(dec, len(tokens))
+
+
+@pytest.mark.parametrize("T", [9, 13, 16])
+@pytest.mark.parametrize("ci", [0, 1], ids=["d64-gqa", "d128"])
+@pytest.mark.gpu
+@needs_gpu
+def test_verify_rows_with_the_norm_in_its_own_kernel_are_decode_rows_bitwise(ci, T):
+    """CudaDecoder.split_norm_from: a step of T >= it tokens adds into the residual in the GEMV and normalises the rows
+    in gemv_resnorm_rows_bf16 (a block a row) instead of the resnorm epilogue's last block; each row's logits are still
+    those of a one-token decode step at its position, bit for bit."""
+    _, _, dec = _target(ci)
+    prompt = PROMPTS[2]
+    tokens = [int(t) for t in np.random.default_rng(T + ci).integers(1, CONFIGS[ci]["vocab_size"], T)]
+    ref = _decode_rows(dec, prompt, tokens)
+    dec.split_norm_from = 9
+    np.testing.assert_array_equal(_step_rows(dec, prompt, tokens), ref)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_split_norm_of_another_block_size_is_caught(monkeypatch):
+    """Power of the test above: the row kernel launched with 128 threads (another reduction, half of each row read)
+    does not give the decode step's rows."""
+    _, _, dec = _target(1)
+    prompt, T = PROMPTS[2], 13
+    tokens = [int(t) for t in np.random.default_rng(5).integers(1, CONFIGS[1]["vocab_size"], T)]
+    ref = _decode_rows(dec, prompt, tokens)
+    launch = dec.k.launch
+
+    def broken(name, grid, block, args, *rest, **kw):
+        return launch(name, grid, (128,) if name == "gemv_resnorm_rows_bf16" else block, args, *rest, **kw)
+
+    monkeypatch.setattr(dec.k, "launch", broken)
+    dec.split_norm_from = 9
+    assert not np.array_equal(_step_rows(dec, prompt, tokens), ref)

@@ -7,7 +7,14 @@ the CLI's 32k-position cache at position 512. Steps of more than 16 tokens take 
 
     python tools/verify_profile.py        (on a GPU machine; PYTHONPATH=. from the checkout)
 
-One JSON line a row count (ms, and steps: over the one-token step), then one a profiled count (us by kernel)."""
+One JSON line a row count (ms, and steps: over the one-token step), then one a profiled count (us by kernel).
+
+    python tools/verify_profile.py --split-ab
+
+instead times, in 3 interleaved rounds, the residual norm of steps of 2+ or 9+ tokens in its own kernel
+(CudaDecoder.split_norm_from, gemv_resnorm_rows_bf16) against the resnorm epilogue's last block, each variant's
+logits checked bit for bit against the epilogue's, then profiles the 9+ variant's 13-token step."""
+import argparse
 import json
 import statistics
 from types import SimpleNamespace
@@ -22,6 +29,9 @@ PROFILED = [1, 5, 13, 32]
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--split-ab", action="store_true", help="the residual norm in its own kernel against the epilogue")
+    args = ap.parse_args()
     cp = cupy_or_exit("tools/verify_profile.py")
     from project.bench import throughput
 
@@ -33,6 +43,8 @@ def main() -> int:
     dec.tokens[:max(ROWS)] = cp.asarray(rng.integers(0, 151665, max(ROWS)), dtype=dec.tokens.dtype)
     dec.replay(max(ROWS), all_logits=True, advance=False)  # a context for the timed steps to attend to
     dec.set_position(512)
+    if args.split_ab:
+        return split_ab(cp, dec, throughput)
     times = {T: [] for T in ROWS}
     for _ in range(3):
         for T in ROWS:
@@ -46,6 +58,37 @@ def main() -> int:
         print(json.dumps(dict(profile_rows=T, us_total=round(sum(prof.values()), 1),
                               us={k: round(v, 1) for k, v in prof.items()})), flush=True)
     return 0
+
+
+def split_ab(cp, dec, throughput) -> int:
+    """--split-ab: graph ms of each variant by rows (medians of 3 interleaved rounds), bits against the epilogue's."""
+    rows = [T for T in ROWS if T <= 16]  # the exact path's steps
+    variants = {"epilogue": None, "split9": 9, "split2": 2}
+    times = {(v, T): [] for v in variants for T in rows}
+    ref, same = {}, True
+    for rep in range(3):
+        for v, start in variants.items():
+            dec.split_norm_from = start
+            dec.graphs.clear()
+            for T in rows:
+                times[(v, T)].append(throughput.time_graph(cp, dec, T, 30))
+                if rep == 0:
+                    bits = cp.asnumpy(dec.logits[:T]).view(np.uint32)
+                    ref.setdefault(T, bits)
+                    if not np.array_equal(ref[T], bits):
+                        same = False
+                        print(json.dumps(dict(variant=v, rows=T, same_bits=False)), flush=True)
+    one = statistics.median(times[("epilogue", 1)])
+    for v in variants:
+        print(json.dumps(dict(variant=v, ms={T: round(1e3 * statistics.median(times[(v, T)]), 4) for T in rows},
+                              steps={T: round(statistics.median(times[(v, T)]) / one, 3) for T in rows})), flush=True)
+    print(json.dumps(dict(same_bits=same)), flush=True)
+    dec.split_norm_from = 9
+    dec.graphs.clear()
+    prof = throughput.profile_step(cp, dec, 13)
+    print(json.dumps(dict(variant="split9", profile_rows=13, us_total=round(sum(prof.values()), 1),
+                          us={k: round(v, 1) for k, v in prof.items()})), flush=True)
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

@@ -84,6 +84,10 @@ def tc_tiles(M: int, N: int, K: int) -> int:
 
 
 QKV_NORM_MAX_HIDDEN = 2048  # up to this hidden size the CUDA-core QKV GEMV normalises its own input
+SPLIT_NORM_FROM: Optional[int] = None  # steps of at least this many tokens add into the residual in the GEMV and
+# normalise its rows in their own kernel (gemv_resnorm_rows_bf16, a block a row: the function and block size of the
+# resnorm epilogue's last block, so the same bits) instead of that last block normalising them one after another;
+# None: never (docs/results/h100_verify_profile/: the two resnorm GEMVs take 585 of the 748 us 12 more rows add)
 _NORMED = object()  # "xn already holds the normalised residual" (a resnorm GEMV's epilogue wrote it)
 
 
@@ -226,6 +230,7 @@ class CudaDecoder:
         self._read_config(cfg)
         # the tensor-core GEMV takes bf16 inputs, so under "tc" the norm is always a projection's epilogue
         self.qkv_norm_in_gemv = self.H <= QKV_NORM_MAX_HIDDEN and gemv != "tc"
+        self.split_norm_from = SPLIT_NORM_FROM
         self._load_weights(weights)
         self._alloc_buffers()
         self._attention_setup(attn_kb)
@@ -438,6 +443,11 @@ class CudaDecoder:
         (cuBLAS path: the next add+RMSNorm adds it), None (our GEMV added it already) or _NORMED
         (our GEMV added it and its last block wrote xn = RMSNorm(resid) * nw as well)."""
         if self._ours(M, K):
+            if nw is not None and self.split_norm_from is not None and M >= self.split_norm_from:
+                self._gemv(x, w, M, N, K, resid=self.resid)
+                self.k.launch("gemv_resnorm_rows_bf16", (M,), (256,),
+                              (self.resid, nw, self.xn, np.int32(N), np.float32(self.eps)))
+                return _NORMED
             if nw is not None:
                 self._gemv(x, w, M, N, K, yb=self.xn, resid=self.resid, mode="_resnorm", nw=nw)
                 return _NORMED
