@@ -87,7 +87,8 @@ QKV_NORM_MAX_HIDDEN = 2048  # up to this hidden size the CUDA-core QKV GEMV norm
 SPLIT_NORM_FROM: Optional[int] = None  # steps of at least this many tokens add into the residual in the GEMV and
 # normalise its rows in their own kernel (gemv_resnorm_rows_bf16, a block a row: the function and block size of the
 # resnorm epilogue's last block, so the same bits) instead of that last block normalising them one after another;
-# None: never (docs/results/h100_verify_profile/: the two resnorm GEMVs take 585 of the 748 us 12 more rows add)
+# None: never (docs/results/h100_verify_profile/: the two resnorm GEMVs take 585 of the 748 us 12 more rows add). Not yet
+# run on a GPU: tests/test_cuda_tree.py's split-norm tests and `tools/verify_profile.py --split-ab` are waiting for one
 _NORMED = object()  # "xn already holds the normalised residual" (a resnorm GEMV's epilogue wrote it)
 
 
@@ -443,13 +444,13 @@ class CudaDecoder:
         (cuBLAS path: the next add+RMSNorm adds it), None (our GEMV added it already) or _NORMED
         (our GEMV added it and its last block wrote xn = RMSNorm(resid) * nw as well)."""
         if self._ours(M, K):
-            if nw is not None and self.split_norm_from is not None and M >= self.split_norm_from:
-                self._gemv(x, w, M, N, K, resid=self.resid)
-                self.k.launch("gemv_resnorm_rows_bf16", (M,), (256,),
-                              (self.resid, nw, self.xn, np.int32(N), np.float32(self.eps)))
-                return _NORMED
             if nw is not None:
-                self._gemv(x, w, M, N, K, yb=self.xn, resid=self.resid, mode="_resnorm", nw=nw)
+                if self.split_norm_from is not None and M >= self.split_norm_from:
+                    self._gemv(x, w, M, N, K, resid=self.resid)
+                    self.k.launch("gemv_resnorm_rows_bf16", (M,), (256,),
+                                  (self.resid, nw, self.xn, np.int32(N), np.float32(self.eps)))
+                else:
+                    self._gemv(x, w, M, N, K, yb=self.xn, resid=self.resid, mode="_resnorm", nw=nw)
                 return _NORMED
             self._gemv(x, w, M, N, K, resid=self.resid)
             return None
