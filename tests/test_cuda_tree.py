@@ -300,19 +300,21 @@ def _step_rows(dec, prompt, tokens):
     return _rows(dec, len(tokens))
 
 
-@pytest.mark.parametrize("T", [9, 13, 16])
+@pytest.mark.parametrize("T", [1, 2, 5, 9, 13, 16])
 @pytest.mark.parametrize("ci", [0, 1], ids=["d64-gqa", "d128"])
 @pytest.mark.gpu
 @needs_gpu
 def test_verify_rows_with_the_norm_in_its_own_kernel_are_decode_rows_bitwise(ci, T):
-    """CudaDecoder.split_norm_from: a step of T >= it tokens adds into the residual in the GEMV and normalises the rows
-    in gemv_resnorm_rows_bf16 (a block a row) instead of the resnorm epilogue's last block; each row's logits are still
-    those of a one-token decode step at its position, bit for bit."""
+    """CudaDecoder.split_norm_from (StepPlan.split_norm): a step of T >= it tokens adds into the residual in the GEMV
+    and normalises the rows in gemv_resnorm_rows_bf16 (a block a row) instead of the resnorm epilogue's last block;
+    each row's logits are still those of a one-token decode step with the epilogue at its position, bit for bit."""
     _, _, dec = _target(ci)
     prompt = PROMPTS[2]
     tokens = [int(t) for t in np.random.default_rng(T + ci).integers(1, CONFIGS[ci]["vocab_size"], T)]
+    dec.split_norm_from = None
     ref = _decode_rows(dec, prompt, tokens)
-    dec.split_norm_from = 9
+    dec.split_norm_from = 1
+    assert dec._plan(T).split_norm
     np.testing.assert_array_equal(_step_rows(dec, prompt, tokens), ref)
 
 
@@ -324,6 +326,7 @@ def test_a_split_norm_of_another_block_size_is_caught(monkeypatch):
     _, _, dec = _target(1)
     prompt, T = PROMPTS[2], 13
     tokens = [int(t) for t in np.random.default_rng(5).integers(1, CONFIGS[1]["vocab_size"], T)]
+    dec.split_norm_from = None
     ref = _decode_rows(dec, prompt, tokens)
     launch = dec.k.launch
 

@@ -462,6 +462,57 @@ def test_packed_head_step_is_forward_and_logits_bit_for_bit(packed_target, monke
     assert not np.array_equal(ref[2], bad[2])
 
 
+def test_a_kv_only_step_writes_the_whole_steps_cache_bit_for_bit(packed_target, monkeypatch):
+    """draft_step(kv_only=True), how the drafter reads the prompt: the same K/V bits in the cache as the whole step, over
+    a prompt of more rows than the row kernel takes (BLAS) and one within it, so the next step gives the same g and
+    logits; it computes no q, attention output, MLP or logits. A kv-only pass that dropped the k/v bias is caught."""
+    from minitorch.cpu import decoder as fd
+
+    model, _ = packed_target
+    head = DraftHead(DraftHeadConfig.for_target(model, head_vocab=256, intermediate_size=128), model.backend, seed=4)
+    rng = np.random.default_rng(1)
+    for p in (head.layer.self_attn.k_proj.bias, head.layer.self_attn.v_proj.bias):  # initialised to zeros
+        p.update(minitorch.from_numpy(rng.standard_normal(p.value.shape).astype(np.float32)))
+    head = head.packed()
+    lm = model.lm_head_weight()
+    f, e = (minitorch.from_numpy(rng.standard_normal((1, 25, 256)).astype(np.float32)) for _ in range(2))
+    lw = head.layer
+    unread = {id(w.value) for w in (lw.self_attn.o_proj.weight, lw.mlp.down_proj.weight)}
+    unread |= {id(lw.self_attn.joined[0]), id(lw.mlp.joined[0])}
+    used = []
+    real_linear = fd._linear
+    monkeypatch.setattr(fd, "_linear", lambda x, w, b=None: used.append(id(w)) or real_linear(x, w, b))
+
+    def run(kv_only: bool, prompt: int):
+        cache, out = head.new_cache(32), []
+        with minitorch.no_grad():
+            used.clear()
+            got = head.draft_step(f.narrow(1, 0, prompt), e.narrow(1, 0, prompt), cache, lm, 256, kv_only=kv_only)
+            assert cache.length == prompt
+            if kv_only:
+                assert got == (None, None) and not unread & set(used) and id(lm) not in used
+            g, lg = head.draft_step(f.narrow(1, prompt, 1), e.narrow(1, prompt, 1), cache, lm, 256)
+        kv = [c.to_numpy()[0, :, :prompt + 1].copy() for c in cache.keys + cache.values]
+        return kv + [g.to_numpy().copy(), lg.to_numpy().copy()]
+
+    for prompt in (9, 24):  # within packed.MAX_ROWS (the row kernel) and past it (BLAS products)
+        ref, got = run(False, prompt), run(True, prompt)
+        for a, b in zip(ref, got):
+            assert a.shape == b.shape and np.array_equal(a, b)
+    # the whole drafter: the output is the target's and the cache after every round a fresh head's
+    prompt = list(range(3, 40))
+    d = _CheckedHeadDrafter(head, model)
+    cfg = SamplingConfig()
+    assert speculative_generate(model, d, prompt, 20, cfg, gamma=3).tokens == generate(model, prompt, 20, cfg).tokens
+    assert d.checked >= 5 and not d.mismatch, d.mismatch
+    real_linears = fd._linears
+    monkeypatch.setattr(fd, "_linears", lambda x, ws, bs, joined: real_linears(x, ws, [None] * len(bs), joined)
+                        if len(ws) == 2 and joined is None and ws[0] is lw.self_attn.k_proj.weight.value
+                        else real_linears(x, ws, bs, joined))
+    bad = run(True, 24)
+    assert ref[0].shape == bad[0].shape and not np.array_equal(ref[0], bad[0])
+
+
 def test_speculative_with_a_packed_head_equals_the_target_alone(packed_target):
     model, tok = packed_target
     head = DraftHead(DraftHeadConfig.for_target(model, head_vocab=256, intermediate_size=128), model.backend,

@@ -11,9 +11,9 @@ One JSON line a row count (ms, and steps: over the one-token step), then one a p
 
     python tools/verify_profile.py --split-ab
 
-instead times, in 3 interleaved rounds, the residual norm of steps of 2+ or 9+ tokens in its own kernel
+instead times, in 3 interleaved rounds, the residual norm of steps of 1+, 2+ or 9+ tokens in its own kernel
 (CudaDecoder.split_norm_from, gemv_resnorm_rows_bf16) against the resnorm epilogue's last block, each variant's
-logits checked bit for bit against the epilogue's, then profiles the 9+ variant's 13-token step."""
+logits checked bit for bit against the epilogue's, then profiles the 2+ variant's 13-token step."""
 import argparse
 import json
 import statistics
@@ -63,7 +63,7 @@ def main() -> int:
 def split_ab(cp, dec, throughput) -> int:
     """--split-ab: graph ms of each variant by rows (medians of 3 interleaved rounds), bits against the epilogue's."""
     rows = [T for T in ROWS if T <= 16]  # the exact path's steps
-    variants = {"epilogue": None, "split9": 9, "split2": 2}
+    variants = {"epilogue": None, "split9": 9, "split2": 2, "split1": 1}
     times = {(v, T): [] for v in variants for T in rows}
     ref, same = {}, True
     for rep in range(3):
@@ -83,10 +83,10 @@ def split_ab(cp, dec, throughput) -> int:
         print(json.dumps(dict(variant=v, ms={T: round(1e3 * statistics.median(times[(v, T)]), 4) for T in rows},
                               steps={T: round(statistics.median(times[(v, T)]) / one, 3) for T in rows})), flush=True)
     print(json.dumps(dict(same_bits=same)), flush=True)
-    dec.split_norm_from = 9
+    dec.split_norm_from = 2
     dec.graphs.clear()
     prof = throughput.profile_step(cp, dec, 13)
-    print(json.dumps(dict(variant="split9", profile_rows=13, us_total=round(sum(prof.values()), 1),
+    print(json.dumps(dict(variant="split2", profile_rows=13, us_total=round(sum(prof.values()), 1),
                           us={k: round(v, 1) for k, v in prof.items()})), flush=True)
     return 0 if same else 1
 

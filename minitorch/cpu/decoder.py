@@ -91,7 +91,8 @@ def supports(stack: DecoderStack) -> bool:
 
 def decoder_forward(stack: DecoderStack, *, parallel_attention_work: int, ids: Optional[np.ndarray] = None,
                     cache: Any = None, last_n: Optional[int] = None, return_hidden: bool = False,
-                    x0: Optional[np.ndarray] = None, tree: Any = None) -> tuple[np.ndarray, Optional[np.ndarray]]:
+                    x0: Optional[np.ndarray] = None, tree: Any = None,
+                    kv_only: bool = False) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
     """logits (T or last_n, head rows) for ids (T,) continuing cache (advanced by T), and with return_hidden the
     final-norm hidden states of all T positions (before last_n), as the model's forward returns them.
     parallel_attention_work: the attention work from which the threaded kernel runs (ops.PARALLEL_ATTENTION_WORK).
@@ -99,12 +100,17 @@ def decoder_forward(stack: DecoderStack, *, parallel_attention_work: int, ids: O
     stack.embed are then unused, and may be None); stack.norm None: no final norm, the hidden states are the last
     layer's output (a draft head's g). tree (a models/tree_step.py TreeStep): row t at position positions[t], seeing
     the cache's slots below mask_from and those mask_from + j where mask[t, j]; the K/V rows are written at slots
-    length .. length + T - 1 all the same."""
+    length .. length + T - 1 all the same.
+    kv_only (a cache needed): positions whose outputs nobody reads, only their K/V wanted (a draft head reading the
+    prompt): the last layer stops once its k and v are in the cache (no q, attention, MLP or logits); returns (None,
+    None). Its k and v products are the same bits as the joined q/k/v product's (_linears)."""
     from ..packed import PackedWeight
 
     embed, norm, head, eps = stack.embed, stack.norm, stack.head, stack.eps
     if (ids is None) == (x0 is None):
         raise ValueError("decoder_forward takes exactly one of ids and x0")
+    if kv_only and cache is None:
+        raise ValueError("decoder_forward(kv_only=True) writes K/V into a cache: pass one")
     t = int(ids.shape[0]) if x0 is None else int(x0.shape[0])
     start = cache.length if cache is not None else 0
     if x0 is not None:
@@ -132,8 +138,12 @@ def decoder_forward(stack: DecoderStack, *, parallel_attention_work: int, ids: O
     scale = np.float32(hd ** -0.5)
     for i, lw in enumerate(stack.layers):
         n = _rmsnorm(x, _vec(lw.input_norm), eps)
-        q, k, v = _linears(n, (lw.q, lw.k, lw.v), (_vec(lw.q_bias), _vec(lw.k_bias), _vec(lw.v_bias)), lw.qkv)
-        q = _rope(np.ascontiguousarray(q.reshape(t, hq, hd).transpose(1, 0, 2)), cos, sin)
+        kv_last = kv_only and i == len(stack.layers) - 1
+        if kv_last:  # only what the cache keeps
+            k, v = _linears(n, (lw.k, lw.v), (_vec(lw.k_bias), _vec(lw.v_bias)), None)
+        else:
+            q, k, v = _linears(n, (lw.q, lw.k, lw.v), (_vec(lw.q_bias), _vec(lw.k_bias), _vec(lw.v_bias)), lw.qkv)
+            q = _rope(np.ascontiguousarray(q.reshape(t, hq, hd).transpose(1, 0, 2)), cos, sin)
         k = _rope(np.ascontiguousarray(k.reshape(t, hkv, hd).transpose(1, 0, 2)), cos, sin)
         v = v.reshape(t, hkv, hd).transpose(1, 0, 2)
         if cache is not None:
@@ -143,6 +153,8 @@ def decoder_forward(stack: DecoderStack, *, parallel_attention_work: int, ids: O
             length = start + t
         else:
             kc, vc, length = k, np.ascontiguousarray(v), t
+        if kv_last:
+            break
         o = np.empty((hq, t, hd), dtype=np.float32)
         kernel = ff.attention_parallel if hq * t * length * hd >= parallel_attention_work and hkv > 1 \
             else ff.attention_serial
@@ -159,6 +171,8 @@ def decoder_forward(stack: DecoderStack, *, parallel_attention_work: int, ids: O
         x = h + _linear(a, lw.down)
     if cache is not None:
         cache.advance(t)
+    if kv_only:
+        return None, None
     hidden = None
     nw = _vec(norm)
     if nw is None:  # a draft head: its layer's output is both the hidden state and what the LM head reads

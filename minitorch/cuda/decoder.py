@@ -84,11 +84,12 @@ def tc_tiles(M: int, N: int, K: int) -> int:
 
 
 QKV_NORM_MAX_HIDDEN = 2048  # up to this hidden size the CUDA-core QKV GEMV normalises its own input
-SPLIT_NORM_FROM: Optional[int] = None  # steps of at least this many tokens add into the residual in the GEMV and
+SPLIT_NORM_FROM: Optional[int] = 2  # steps of at least this many tokens add into the residual in the GEMV and
 # normalise its rows in their own kernel (gemv_resnorm_rows_bf16, a block a row: the function and block size of the
-# resnorm epilogue's last block, so the same bits) instead of that last block normalising them one after another;
-# None: never (docs/results/h100_verify_profile/: the two resnorm GEMVs take 585 of the 748 us 12 more rows add). Not yet
-# run on a GPU: tests/test_cuda_tree.py's split-norm tests and `tools/verify_profile.py --split-ab` are waiting for one
+# resnorm epilogue's last block, so the same bits) instead of that last block normalising them one after another; None:
+# never. H100, random weights of the 1.5B (`tools/verify_profile.py --split-ab`, docs/results/h100_verify_profile/): a
+# step of 5 / 8 / 13 / 16 tokens costs 1.022 / 1.042 / 1.160 / 1.191 one-token steps against the epilogue's 1.139 /
+# 1.237 / 1.486 / 1.592, the logits the same bits; a one-token step keeps the epilogue
 _NORMED = object()  # "xn already holds the normalised residual" (a resnorm GEMV's epilogue wrote it)
 
 
@@ -196,6 +197,7 @@ class StepPlan(NamedTuple):
     qkv_norm: bool  # the QKV GEMV normalises its own input (the down projection before it only adds)
     groups: int  # attention row groups of ATT_RMAX query rows a kv head
     tree: Optional["TreeTables"] = None  # a draft tree's step (tree_step): rows at their depths, seeing their paths
+    split_norm: bool = False  # our GEMVs add into the residual and gemv_resnorm_rows_bf16 normalises it (SPLIT_NORM_FROM)
 
 
 class CudaDecoder:
@@ -387,7 +389,8 @@ class CudaDecoder:
         """The kernels of a step of T tokens: the one place that decides them (with _kname for the names)."""
         ours, tc = self._ours(T, self.H), self._tc(T)
         return StepPlan(ours=ours, tc=tc, qkv_norm=ours and not tc and self.qkv_norm_in_gemv,
-                        groups=math.ceil((self.Hq // self.Hkv) * T / ATT_RMAX), tree=self._tree)
+                        groups=math.ceil((self.Hq // self.Hkv) * T / ATT_RMAX), tree=self._tree,
+                        split_norm=ours and self.split_norm_from is not None and T >= self.split_norm_from)
 
     def _kname(self, M: int, N: int, mode: str, K: int = 0) -> "tuple[str, int]":
         """(kernel name, output rows a block) of the kernels/gemv.cu instantiation for an M-token
@@ -439,13 +442,15 @@ class CudaDecoder:
         self.blas.linear(x.data.ptr, w.data.ptr, y.data.ptr, M, N, K, CUDA_R_16BF, CUDA_R_16BF,
                          CUDA_R_32F if out_f32 else CUDA_R_16BF)
 
-    def _gemm_resid(self, x: Any, w: Any, tmp: Any, M: int, N: int, K: int, nw: Any = None) -> Optional[Any]:
+    def _gemm_resid(self, x: Any, w: Any, tmp: Any, M: int, N: int, K: int, nw: Any = None,
+                    split: bool = False) -> Optional[Any]:
         """Project and add into the fp32 residual stream; returns the bf16 delta still to be added
         (cuBLAS path: the next add+RMSNorm adds it), None (our GEMV added it already) or _NORMED
-        (our GEMV added it and its last block wrote xn = RMSNorm(resid) * nw as well)."""
+        (our GEMV added it and xn = RMSNorm(resid) * nw is written as well: by its last block, or with split
+        (StepPlan.split_norm) by gemv_resnorm_rows_bf16 after it, a block a row)."""
         if self._ours(M, K):
             if nw is not None:
-                if self.split_norm_from is not None and M >= self.split_norm_from:
+                if split:
                     self._gemv(x, w, M, N, K, resid=self.resid)
                     self.k.launch("gemv_resnorm_rows_bf16", (M,), (256,),
                                   (self.resid, nw, self.xn, np.int32(N), np.float32(self.eps)))
@@ -480,7 +485,7 @@ class CudaDecoder:
         for li, lw in enumerate(self.layers):
             self._qkv(lw, T, delta, plan)
             self._attention(lw, T, plan)
-            delta = self._o_proj(lw, T)
+            delta = self._o_proj(lw, T, plan)
             last = li + 1 == self.L
             delta = self._mlp(lw, T, delta, plan, self.final_norm if last else self.layers[li + 1]["ln1"], last)
         self._head(T, all_logits, advance, delta)
@@ -550,9 +555,10 @@ class CudaDecoder:
                       (self.ws_m, self.ws_l, self.ws_acc, self.attn_out, i64(0), i64(D), i64(Hq * D),
                        i32(Hq), i32(T), i32(D), i32(nsplit), self.pos, i32(0), i32(self.max_len), i32(kb)))
 
-    def _o_proj(self, lw: Dict[str, Any], T: int) -> Optional[Any]:
+    def _o_proj(self, lw: Dict[str, Any], T: int, plan: StepPlan) -> Optional[Any]:
         """resid += attn_out @ o^T; our GEMV also writes xn = RMSNorm(resid) * ln2 (returns _NORMED)."""
-        return self._gemm_resid(self.attn_out, lw["o"], self.o, T, self.H, self.Hq * self.D, nw=lw["ln2"])
+        return self._gemm_resid(self.attn_out, lw["o"], self.o, T, self.H, self.Hq * self.D, nw=lw["ln2"],
+                                split=plan.split_norm)
 
     def _mlp(self, lw: Dict[str, Any], T: int, delta: Optional[Any], plan: StepPlan, next_norm: Any,
              last: bool) -> Optional[Any]:
@@ -565,7 +571,7 @@ class CudaDecoder:
                 self._norm(delta, lw["ln2"], T)
             self._gemv(self.xn, lw["gate_up"], T, 2 * I, H, yb=self.act, mode="_gusilu")
             nxt = None if plan.qkv_norm and not last else next_norm
-            return self._gemm_resid(self.act, lw["down"], self.down, T, H, I, nw=nxt)
+            return self._gemm_resid(self.act, lw["down"], self.down, T, H, I, nw=nxt, split=plan.split_norm)
         self._normed_proj(delta, lw["ln2"], lw["gate_up"], T, 2 * I, yb=self.gu)
         self.k.launch("gate_up_silu_il_bf16", (min(4096, math.ceil(T * I / 256)),), (256,),
                       (self.gu, self.act, np.int64(T), np.int32(I)))

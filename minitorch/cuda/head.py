@@ -102,10 +102,11 @@ class HeadDecoder(CudaDecoder):
         plan = self._plan(T)
         lw = self.layers[0]
         self._embed(T)
-        delta = self._gemm_resid(self.xcat, self.fc_w, self.o, T, self.H, 2 * self.H, nw=lw["ln1"])
+        delta = self._gemm_resid(self.xcat, self.fc_w, self.o, T, self.H, 2 * self.H, nw=lw["ln1"],
+                                 split=plan.split_norm)
         self._qkv(lw, T, delta, plan)
         self._attention(lw, T, plan)
-        delta = self._o_proj(lw, T)
+        delta = self._o_proj(lw, T, plan)
         delta = self._mlp(lw, T, delta, plan, None, True)  # no norm after the layer: the residual stays as is
         self._head(T, all_logits, advance, delta)
 

@@ -122,7 +122,10 @@ class HeadDrafter:
             n = self._n_feats  # head positions 0..n-2 read f_0..f_{n-2}; the last waits for the first round
             b = max(0, n - 1 - self.prompt_window) if self.prompt_window else 0  # the window's first position
             self._base = b
-            self._step(from_numpy(self._feats[b:n - 1][None], backend=self.head.backend), prompt[b + 1:n])
+            n_head = min(self.head.config.head_vocab, self._vocab)  # only the K/V: the last waits for the round
+            self.head.draft_step(from_numpy(self._feats[b:n - 1][None], backend=self.head.backend),
+                                 self._embed(prompt[b + 1:n]), self.cache, self._lm, n_head, kv_only=True)
+            self.forwards += 1
 
     def rollback(self, n_tokens: int) -> None:
         """Only the context's first n_tokens positions are still valid. After a looked-up round (the engine rolls back

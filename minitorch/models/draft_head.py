@@ -200,13 +200,17 @@ class DraftHead(Module):
         return head
 
     def draft_step(self, feats: Tensor, emb: Tensor, cache: KVCache, lm_head: Any,
-                   rows: int, tree: Any = None) -> tuple[Tensor, Tensor]:
+                   rows: int, tree: Any = None, kv_only: bool = False) -> tuple[Optional[Tensor], Optional[Tensor]]:
         """One drafting step over new positions (B = 1): (g of the last position (1, 1, D), its logits over the
         first `rows` ids (1, 1, rows)), as forward + logits compute them. On a backend with a one-call forward
         (the CPU's decoder_forward) and packed weights (packed()), one call after fc: the same kernels in the
         same order as forward + logits, so the same bits (tests/test_draft_head.py).
         tree: a TreeStep (models/tree_step.py), one level of a draft tree, each row seeing its own ancestors; then g
-        and the logits of every row, (1, T, D) and (1, T, rows). The one-call forward only."""
+        and the logits of every row, (1, T, D) and (1, T, rows). The one-call forward only.
+        kv_only: positions whose outputs nobody reads (the prompt's, HeadDrafter.observe): only their K/V enter the
+        cache; returns (None, None). On the one-call forward that is fc, the input norm and the k/v products (on the
+        1.5B target's head about a quarter of the whole step's time; decoder_forward's kv_only: the same K/V bits);
+        the module path runs the whole step."""
         from ..autodiff import is_grad_enabled
 
         fwd = getattr(self.backend, "decoder_forward", None)
@@ -219,8 +223,13 @@ class DraftHead(Module):
         if stack is None or not self.backend.decoder_supports(stack):
             if tree is not None:
                 raise ValueError("a tree step of the head needs the CPU's one-call forward (a packed() head)")
-            return self._step_by_ops(feats, emb, cache, lm_head, rows)
+            out = self._step_by_ops(feats, emb, cache, lm_head, rows)
+            return (None, None) if kv_only else out
         x = self.fc(nn.cat([feats, emb], -1))  # (1, T, D): forward's first op
+        if kv_only:
+            if tree is not None:
+                raise ValueError("draft_step: kv_only is for a chain of positions, not a tree level")
+            return fwd(stack, x0=x.to_numpy()[0], cache=cache, kv_only=True)
         if tree is not None:
             logits, hidden = fwd(stack, x0=x.to_numpy()[0], cache=cache, return_hidden=True, tree=tree)
             return from_numpy(hidden[None], backend=self.backend), from_numpy(logits[None], backend=self.backend)

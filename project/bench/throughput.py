@@ -129,7 +129,8 @@ def profile_step(cp: Any, dec: Any, T: int) -> Dict[str, float]:
         lib.launch(name, grid, block, args, shared_mem, **kw)
         e.record()
         nk = (2, 3) if "qkvrope" in name else (7, 8)  # where N and K sit in the argument list
-        label = f"{name} N={int(args[nk[0]])} K={int(args[nk[1]])}" if name.startswith("gemv") else name
+        gemv = name.startswith("gemv") and not name.startswith("gemv_resnorm_rows")  # a product (N, K in its args)
+        label = f"{name} N={int(args[nk[0]])} K={int(args[nk[1]])}" if gemv else name
         evs.append((label, s, e))
 
     def linear(x: int, w: int, y: int, M: int, N: int, K: int, *rest: Any) -> None:
