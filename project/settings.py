@@ -110,8 +110,8 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("speculative decoding")
     g.add_argument("--gamma", type=int, default=None,
                    help="tokens drafted a round (default by drafter and engine, settings.default_gamma: 4; 3 for a "
-                        "draft head on the CPU, and for the draft model on the CUDA-graph path where the default "
-                        "--draft-extend adds 4 looked-up tokens)")
+                        "draft head on the CPU and 6 on the CUDA-graph path, and 3 for the draft model on the "
+                        "CUDA-graph path where the default --draft-extend adds 4 looked-up tokens)")
     g.add_argument("--adaptive-gamma", action="store_true",
                    help="raise gamma after a fully accepted draft, lower it after an early rejection (instead of "
                         "--draft-budget)")
@@ -294,7 +294,9 @@ class Settings:
 
 GAMMA = 4  # tokens drafted a round, unless the table below says otherwise
 HEAD_CPU_GAMMA = 3  # a draft head on the CPU engine: GSM8K first 20, 1.56x at 3 against 1.44x at 4 (docs/RESULTS.md)
-HEAD_GPU_GAMMA = 4  # ... on the CUDA-graph engine: 2.20x on GSM8K first 20 at 4 (docs/RESULTS.md)
+HEAD_GPU_GAMMA = 6  # ... on the CUDA-graph engine, where a verify row now costs ~1% of a step (SPLIT_NORM_FROM), on one
+# H100 with the cost budget: GSM8K first 20 2.37x at 6 against 2.29x at 4, MATH-500 first 20 2.42x against 2.23x,
+# Spec-Bench's 480 2.06x against 2.00x (docs/results/h100_split_norm/)
 GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8 verify rows, the best measured
 # --draft-lookup's default with a head's greedy chains, by engine. The CUDA-graph engine: 2. All 480 Spec-Bench questions
 # on one H100 ran 1.81x our target alone with it against 1.50x without (summarization 2.24x against 1.20x, rag 1.63x

@@ -87,9 +87,10 @@ QKV_NORM_MAX_HIDDEN = 2048  # up to this hidden size the CUDA-core QKV GEMV norm
 SPLIT_NORM_FROM: Optional[int] = 2  # steps of at least this many tokens add into the residual in the GEMV and
 # normalise its rows in their own kernel (gemv_resnorm_rows_bf16, a block a row: the function and block size of the
 # resnorm epilogue's last block, so the same bits) instead of that last block normalising them one after another; None:
-# never. H100, random weights of the 1.5B (`tools/verify_profile.py --split-ab`, docs/results/h100_verify_profile/): a
+# never. H100, random weights of the 1.5B (`tools/verify_profile.py --split-ab`, docs/results/h100_split_norm/): a
 # step of 5 / 8 / 13 / 16 tokens costs 1.022 / 1.042 / 1.160 / 1.191 one-token steps against the epilogue's 1.139 /
-# 1.237 / 1.486 / 1.592, the logits the same bits; a one-token step keeps the epilogue
+# 1.237 / 1.486 / 1.592, the logits the same bits (GSM8K first 20 at gamma 4: 2.29x against 2.08x). A one-token step
+# keeps the epilogue: from 1 it too was 1.3% faster, same bits, but that is unmeasured end to end
 _NORMED = object()  # "xn already holds the normalised residual" (a resnorm GEMV's epilogue wrote it)
 
 

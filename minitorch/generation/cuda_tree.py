@@ -17,8 +17,9 @@ chain tokens and up to top_k - 1 alternatives a depth, depth 1 first. An alterna
 at depth d is rejected and the target's own token is one of the head's next choices there, the round keeps it and the
 target's token after it (the leaf's row gives that), one token more than the chain. A tree of T = 1 + budget rows is
 one verify step of T rows: the tensor-core GEMV takes up to 16 tokens a pass, so T <= 16 (TREE_MAX_ROWS). On one H100
-(docs/RESULTS.md) a verify cost 1.47-1.59 decode steps at 13 rows, 1.33-1.39 at 9 and the chain's 1.14-1.20 at 5, so
-the tree's extra tokens (tau 3.00 against 2.68 on GSM8K) did not pay for its rows. The head drafts no branch of its
+(docs/results/h100_split_norm/) a tree round verifies in 1.10 (9 rows) to 1.17 (16 rows) decode steps, but its
+drafting, the top-k lists between the head's one-row graphs, costs 0.31-0.41 steps against a gamma-6 chain's 0.25, so
+its extra tokens (tau 3.67 at 16 rows against 3.08 on GSM8K) did not pay: 2.28x against 2.37x. The head drafts no branch of its
 own (no tree attention in the head): the alternatives come free from the distributions it computes for the chain.
 
 Exact by construction: each row is built to get a decode step's logits at its position after its own path
