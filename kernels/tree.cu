@@ -5,7 +5,13 @@
 // Launch layout (grid, block) and what each writes:
 //
 // topk_f32: grid (1), block (TOPK_THREADS). out[0..K) = the K largest of logits[0..V) (row 0), largest first, ties to
-//   the lower index (argmax_final's rule, so out[0] is the argmax). K <= TOPK_MAX.
+//   the lower index (argmax_final's rule, so out[0] is the argmax). K <= TOPK_MAX. The reference of the two below.
+// topk_part_f32: grid (B), block (TOPK_THREADS). Block b: the K largest of logits[b * chunk .. min(V, (b + 1) * chunk))
+//   by the same rule into pv / pi[b * K .. b * K + K) (values and indices; -inf / INT_MAX where the chunk has fewer).
+// topk_merge_f32: grid (1), block (TOPK_THREADS). out[0..K) = the indices of the K best of the n candidates (pv, pi) by
+//   the same rule: the K best of every chunk hold the K best of all, so out is topk_f32's. The draft head's top-k
+//   lists of a tree round (generation/cuda.py HeadGpuDrafter.draft): a single block read 32,768 logits a depth
+//   serially (a 16-row tree round on an H100 drafted 0.41 steps against a gamma-6 chain's 0.25).
 // tree_alternatives: grid (1), block (32). The tree's rows past the chain (rows 1..g, row d at depth d): row r hangs
 //   under chain row parents[r] = d - 1, so it is an alternative at depth d; the rows of one depth follow each other and
 //   take, in order, the best of that depth's top-k list (lists + (d - 1) * K, the draft's distribution for the chain's
@@ -26,16 +32,18 @@
 #define TOPK_THREADS 256
 #define TOPK_MAX 8
 
-extern "C" {
-
-__global__ void __launch_bounds__(TOPK_THREADS) topk_f32(const float* logits, int V, int K, i64* out) {
-  // each thread keeps its own best K (value desc, index asc), then K rounds of a block-wide pick
+// Block-wide top K of n candidates (get(j, v, i): candidate j's value and index): each thread keeps its own best K (value
+// desc, index asc), then K rounds of a block-wide pick; emit(r, v, i) by thread 0 for the r-th best.
+template <typename Get, typename Emit>
+__device__ __forceinline__ void block_topk(Get get, int n, int K, Emit emit) {
   float bv[TOPK_MAX];
   int bi[TOPK_MAX];
 #pragma unroll
   for (int k = 0; k < TOPK_MAX; ++k) { bv[k] = -MT_INF; bi[k] = 0x7fffffff; }
-  for (int i = threadIdx.x; i < V; i += TOPK_THREADS) {
-    float v = logits[i];
+  for (int j = threadIdx.x; j < n; j += TOPK_THREADS) {
+    float v;
+    int i;
+    get(j, v, i);
     if (!(v > bv[K - 1] || (v == bv[K - 1] && i < bi[K - 1]))) continue;
     int k = K - 1;
     while (k > 0 && (v > bv[k - 1] || (v == bv[k - 1] && i < bi[k - 1]))) {
@@ -61,10 +69,32 @@ __global__ void __launch_bounds__(TOPK_THREADS) topk_f32(const float* logits, in
       }
       __syncthreads();
     }
-    if (threadIdx.x == 0) out[r] = si[0];
+    if (threadIdx.x == 0) emit(r, sv[0], si[0]);
     if (threadIdx.x == st[0]) ++head;
     __syncthreads();
   }
+}
+
+extern "C" {
+
+__global__ void __launch_bounds__(TOPK_THREADS) topk_f32(const float* logits, int V, int K, i64* out) {
+  block_topk([&](int j, float& v, int& i) { v = logits[j]; i = j; }, V, K,
+             [&](int r, float, int i) { out[r] = i; });
+}
+
+__global__ void __launch_bounds__(TOPK_THREADS) topk_part_f32(const float* logits, int V, int K, int chunk, float* pv,
+                                                              int* pi) {
+  const int first = blockIdx.x * chunk;
+  const int n = max(0, min(V - first, chunk));
+  float* bv = pv + (i64)blockIdx.x * K;
+  int* bi = pi + (i64)blockIdx.x * K;
+  block_topk([&](int j, float& v, int& i) { v = logits[first + j]; i = first + j; }, n, K,
+             [&](int r, float v, int i) { bv[r] = v; bi[r] = i; });
+}
+
+__global__ void __launch_bounds__(TOPK_THREADS) topk_merge_f32(const float* pv, const int* pi, int n, int K, i64* out) {
+  block_topk([&](int j, float& v, int& i) { v = pv[j]; i = pi[j]; }, n, K,
+             [&](int r, float, int i) { out[r] = i; });
 }
 
 __global__ void tree_alternatives(i64* tokens, const i64* lists, int K, int g, const int* parents, int T) {

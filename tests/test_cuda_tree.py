@@ -9,7 +9,8 @@ attn_tree_partial_*), kernels/tree.cu and minitorch/generation/cuda_tree.py. The
     skipping the keep (the rejected chain token's K/V left in place) is caught;
 (3) greedy generation with a head's chain-with-leaves trees is the target alone's output, for several shapes, and the
     warm-up capture leaves nothing to capture inside a run;
-(4) topk_f32 against numpy (ties to the lower index, so its first is argmax_final's).
+(4) topk_f32 against numpy (ties to the lower index, so its first is argmax_final's), and the two-pass top-k the
+    draft head's tree lists take (topk_part_f32 + topk_merge_f32) against numpy.
 
 The host-side parts (the tree's shape and tables) run on the CPU too.
 """
@@ -280,6 +281,38 @@ def test_topk_matches_numpy_with_ties_to_the_lower_index():
         kernels().launch("topk_f32", (1,), (256,), (cp.asarray(x), np.int32(V), np.int32(K), out))
         want = np.lexsort((np.arange(V), -x))[:K]
         assert list(out.get()) == list(want), (V, K)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_two_pass_topk_is_topk_f32s_across_chunks():
+    """The draft head's top-k lists (HeadGpuDrafter._top_k): topk_part_f32 over chunks of TOPK_CHUNK logits, then
+    topk_merge_f32 over their lists, equal numpy's (and so topk_f32's) for a three-way tie at the top spread over three
+    chunks and for a maximum in the last, partial chunk; a grid that leaves that chunk out (floor instead of ceil) is
+    caught."""
+    import cupy as cp
+
+    from minitorch.cuda.runtime import kernels
+    from minitorch.generation.cuda import TOPK_CHUNK
+
+    def two_pass(x, K, nb):
+        pv, pi, out = cp.empty(nb * K, cp.float32), cp.empty(nb * K, cp.int32), cp.zeros(K, cp.int64)
+        i32 = np.int32
+        kernels().launch("topk_part_f32", (nb,), (256,), (cp.asarray(x), i32(len(x)), i32(K), i32(TOPK_CHUNK), pv, pi))
+        kernels().launch("topk_merge_f32", (1,), (256,), (pv, pi, i32(nb * K), i32(K), out))
+        return list(out.get())
+
+    r = np.random.default_rng(6)
+    for V, K in [(32768, 3), (151936, 8), (1000, 5), (2049, 1)]:
+        x = r.standard_normal(V).astype(np.float32)
+        x[V // 3] = x[V // 2] = x[V - 1] = x.max() + 1  # a three-way tie at the top, in three chunks
+        want = [int(i) for i in np.lexsort((np.arange(V), -x))[:K]]
+        assert two_pass(x, K, -(-V // TOPK_CHUNK)) == want, (V, K)
+        x[V - 1] += 1  # the maximum alone, in the last chunk (partial where V is not a multiple of the chunk)
+        want = [int(i) for i in np.lexsort((np.arange(V), -x))[:K]]
+        assert two_pass(x, K, -(-V // TOPK_CHUNK)) == want, (V, K)
+        if V % TOPK_CHUNK:
+            assert two_pass(x, K, V // TOPK_CHUNK) != want  # the broken grid never reads the last chunk
 
 
 def _decode_rows(dec, prompt, tokens):

@@ -2,7 +2,7 @@
 tests/test_generation_cuda_host.py: a target whose "KV cache" is the token at each position and whose next token is a
 function of the last two, and a draft head of the same kind whose top-k list puts its own choice first and the
 target's second (so alternatives are accepted often). The tree kernels (kernels/tree.cu tree_alternatives,
-tree_accept, tree_keep, tree_advance, topk_f32) are Python ports here, written from their comments; the kernels
+tree_accept, tree_keep, tree_advance, topk_part_f32, topk_merge_f32) are Python ports here, written from their comments; the kernels
 themselves are held to the decode step on the GPU (tests/test_cuda_tree.py). What this checks is the engine: the
 rows a round verifies, positions, the head's first step after a round, emission, the stats.
 """
@@ -18,7 +18,8 @@ from test_generation_cuda_host import FAKE_CP, PROMPT, TARGET, V, Arr, FakeDecod
 
 # CuPy's array makers too, for the engine's own buffers (the tree tables, the head's top-k lists)
 TREE_CP = SimpleNamespace(cuda=FAKE_CP.cuda, zeros=lambda shape, dtype: np.zeros(shape, dtype).view(Arr),
-                          asarray=lambda a: np.asarray(a).view(Arr), int64=np.int64, int32=np.int32)
+                          empty=lambda shape, dtype: np.zeros(shape, dtype).view(Arr),
+                          asarray=lambda a: np.asarray(a).view(Arr), int64=np.int64, int32=np.int32, float32=np.float32)
 
 
 class TreeLauncher(Launcher):
@@ -57,9 +58,21 @@ class TreeLauncher(Launcher):
         pos[0] += n + 1
         tokens[0] = out[n + 1]
 
-    def topk_f32(self, logits, nv, K, out):
-        order = np.lexsort((np.arange(int(nv)), -np.asarray(logits[:int(nv)])))
-        out[:int(K)] = order[:int(K)]
+    @staticmethod
+    def topk_part_f32(logits, V, K, chunk, pv, pi):
+        V, K, chunk = int(V), int(K), int(chunk)
+        for b in range(-(-V // chunk)):  # the grid: a block a chunk
+            ids = np.arange(b * chunk, min(V, (b + 1) * chunk))
+            best = ids[np.lexsort((ids, -np.asarray(logits)[ids]))][:K]
+            pv[b * K:(b + 1) * K] = -np.inf
+            pi[b * K:(b + 1) * K] = 2 ** 31 - 1
+            pv[b * K:b * K + len(best)] = np.asarray(logits)[best]
+            pi[b * K:b * K + len(best)] = best
+
+    @staticmethod
+    def topk_merge_f32(pv, pi, n, K, out):
+        v, i = np.asarray(pv[:int(n)]), np.asarray(pi[:int(n)])
+        out[:int(K)] = i[np.lexsort((i, -v))][:int(K)]
 
 
 class TreeTarget(FakeDecoder):

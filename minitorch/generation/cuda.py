@@ -54,6 +54,7 @@ from .speculative import MAX_ADAPTIVE_GAMMA, next_gamma
 from .stats import GenerationResult, SpecStats, Timer
 
 _DRAFT_STREAM = 1  # the draft's random numbers come from a second stream of the same seed
+TOPK_CHUNK = 1024  # logits a block of kernels/tree.cu topk_part_f32 reads (4 a thread): a 32,768-id head in 32 blocks
 
 
 def _check(dec: Any, prompt: list[int], max_new_tokens: int, extra: int) -> None:
@@ -250,6 +251,7 @@ class HeadGpuDrafter(GpuDrafter):
         self._T = 1
         self._skip = False  # no feature yet: draft nothing
         self._lists: Any = None  # top_k_lists
+        self._topk_ws: Any = None  # _top_k's candidate values and ids, a block's top_k each
 
     def check(self, target: Any, prompt: list[int], max_new_tokens: int, limit: int) -> None:
         head = self.device
@@ -299,9 +301,22 @@ class HeadGpuDrafter(GpuDrafter):
             else:
                 head.feed("self", 1)
             if lists is not None:
-                with head.stream:
-                    head.k.launch("topk_f32", (1,), (256,), (head.logits, np.int32(head.nv), np.int32(top_k), lists[i]))
+                self._top_k(top_k, lists[i])
         return g, gq
+
+    def _top_k(self, top_k: int, out: Any) -> None:
+        """out (top_k,) int64 = the ids of the head's top_k logits at its last step, largest first, ties to the lower
+        id: kernels/tree.cu topk_part_f32 over chunks of TOPK_CHUNK logits, then topk_merge_f32 over their lists
+        (topk_f32's result, which one block reading every logit took ~70 us a depth for)."""
+        head = self.device
+        nb = -(-head.nv // TOPK_CHUNK)
+        if self._topk_ws is None or self._topk_ws[0].size < nb * top_k:
+            self._topk_ws = (head.cp.empty(nb * top_k, head.cp.float32), head.cp.empty(nb * top_k, head.cp.int32))
+        pv, pi = self._topk_ws
+        i32 = np.int32
+        with head.stream:
+            head.k.launch("topk_part_f32", (nb,), (256,), (head.logits, i32(head.nv), i32(top_k), i32(TOPK_CHUNK), pv, pi))
+            head.k.launch("topk_merge_f32", (1,), (256,), (pv, pi, i32(nb * top_k), i32(top_k), out))
 
     def top_k_lists(self, depth: int, top_k: int) -> Any:
         """The device rows (depth, top_k) that draft(top_k=...) fills: made once, again only for a longer chain or
