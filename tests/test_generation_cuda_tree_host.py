@@ -2,9 +2,9 @@
 tests/test_generation_cuda_host.py: a target whose "KV cache" is the token at each position and whose next token is a
 function of the last two, and a draft head of the same kind whose top-k list puts its own choice first and the
 target's second (so alternatives are accepted often). The tree kernels (kernels/tree.cu tree_alternatives,
-tree_accept, tree_keep, tree_advance, topk_part_f32, topk_merge_f32) are Python ports here, written from their comments; the kernels
-themselves are held to the decode step on the GPU (tests/test_cuda_tree.py). What this checks is the engine: the
-rows a round verifies, positions, the head's first step after a round, emission, the stats.
+tree_accept, tree_keep, tree_advance, topk_part_f32, topk_merge_f32) are Python ports here, written from their
+comments; the kernels themselves are held to the decode step and numpy on the GPU (tests/test_cuda_tree.py). What this
+checks is the engine: the rows a round verifies, positions, the head's first step after a round, emission, the stats.
 """
 from __future__ import annotations
 

@@ -315,7 +315,8 @@ class HeadGpuDrafter(GpuDrafter):
         pv, pi = self._topk_ws
         i32 = np.int32
         with head.stream:
-            head.k.launch("topk_part_f32", (nb,), (256,), (head.logits, i32(head.nv), i32(top_k), i32(TOPK_CHUNK), pv, pi))
+            head.k.launch("topk_part_f32", (nb,), (256,),
+                          (head.logits, i32(head.nv), i32(top_k), i32(TOPK_CHUNK), pv, pi))
             head.k.launch("topk_merge_f32", (1,), (256,), (pv, pi, i32(nb * top_k), i32(top_k), out))
 
     def top_k_lists(self, depth: int, top_k: int) -> Any:

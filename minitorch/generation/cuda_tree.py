@@ -3,7 +3,7 @@
 A round, all on the target's stream, the host reading back only the round's result:
 
     draft:   the draft head's chain of g tokens (HeadGpuDrafter.draft(top_k=...): its one-row graphs), and after each
-             step the top_k tokens of its distribution there (kernels/tree.cu topk_f32)
+             step the top_k tokens of its distribution there (kernels/tree.cu topk_part_f32 + topk_merge_f32)
     verify:  one graph = the chain into the target's rows 1..g (gather_drafts), the alternatives into the rows after
              (tree_alternatives: a row under the chain's row d - 1 takes the next of step d's list that is not the
              chain's token), the tree step (CudaDecoder.tree_step: every row at its depth, seeing the cache
@@ -18,8 +18,9 @@ at depth d is rejected and the target's own token is one of the head's next choi
 target's token after it (the leaf's row gives that), one token more than the chain. A tree of T = 1 + budget rows is
 one verify step of T rows: the tensor-core GEMV takes up to 16 tokens a pass, so T <= 16 (TREE_MAX_ROWS). On one H100
 (docs/results/h100_split_norm/) a tree round verifies in 1.10 (9 rows) to 1.17 (16 rows) decode steps, but its
-drafting, the top-k lists between the head's one-row graphs, costs 0.31-0.41 steps against a gamma-6 chain's 0.25, so
-its extra tokens (tau 3.67 at 16 rows against 3.08 on GSM8K) did not pay: 2.28x against 2.37x. The head drafts no branch of its
+drafting, the top-k lists between the head's one-row graphs (then one block a list: topk_f32; two passes since,
+topk_part_f32 + topk_merge_f32, not yet timed), cost 0.31-0.41 steps against a gamma-6 chain's 0.25, so its extra
+tokens (tau 3.67 at 16 rows against 3.08 on GSM8K) did not pay: 2.28x against 2.37x. The head drafts no branch of its
 own (no tree attention in the head): the alternatives come free from the distributions it computes for the chain.
 
 Exact by construction: each row is built to get a decode step's logits at its position after its own path
