@@ -331,8 +331,8 @@ def test_warm_up_runs_every_kernel_the_timed_runs_call(model_folders, monkeypatc
         (["--backend", "cuda", "--gamma", "5"], (5, 4)),
         (["--backend", "cuda", "--draft-extend", "0"], (4, 0)),
         (["--backend", "cuda", "--draft-extend", "2"], (4, 2)),
-        (["--backend", "cuda", "--drafter", "head", "--draft-extend", "3"], (4, 3)),  # the head's gamma, then lookup
-        (["--backend", "cuda", "--drafter", "head"], (4, 0)),  # no lookup unless asked
+        (["--backend", "cuda", "--drafter", "head", "--draft-extend", "3"], (6, 3)),  # the head's gamma, then lookup
+        (["--backend", "cuda", "--drafter", "head"], (6, 0)),  # no lookup unless asked
         (["--backend", "cuda", "--gpu-gemv", "ours"], (4, 0)),  # 8 verify rows are dear in our CUDA-core GEMV
         (["--backend", "cuda", "--adaptive-gamma"], (4, 0)),
         (["--backend", "cuda", "--drafter", "ngram"], (4, 0)),
