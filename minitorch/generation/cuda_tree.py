@@ -20,7 +20,7 @@ one verify step of T rows: the tensor-core GEMV takes up to 16 tokens a pass, so
 (docs/results/h100_split_norm/) a tree round verifies in 1.10 (9 rows) to 1.17 (16 rows) decode steps, but its
 drafting, the top-k lists between the head's one-row graphs (then one block a list: topk_f32; two passes since,
 topk_part_f32 + topk_merge_f32, not yet timed), cost 0.31-0.41 steps against a gamma-6 chain's 0.25, so its extra
-tokens (tau 3.67 at 16 rows against 3.08 on GSM8K) did not pay: 2.28x against 2.37x. The head drafts no branch of its
+tokens (tau 3.68 at 16 rows against 3.09 on GSM8K) did not pay: 2.28x against 2.37x. The head drafts no branch of its
 own (no tree attention in the head): the alternatives come free from the distributions it computes for the chain.
 
 Exact by construction: each row is built to get a decode step's logits at its position after its own path
