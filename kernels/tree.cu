@@ -10,8 +10,9 @@
 //   by the same rule into pv / pi[b * K .. b * K + K) (values and indices; -inf / INT_MAX where the chunk has fewer).
 // topk_merge_f32: grid (1), block (TOPK_THREADS). out[0..K) = the indices of the K best of the n candidates (pv, pi) by
 //   the same rule: the K best of every chunk hold the K best of all, so out is topk_f32's. The draft head's top-k
-//   lists of a tree round (generation/cuda.py HeadGpuDrafter.draft): a single block read 32,768 logits a depth
-//   serially (a 16-row tree round on an H100 drafted 0.41 steps against a gamma-6 chain's 0.25).
+//   lists of a tree round (generation/cuda.py HeadGpuDrafter._top_k), where topk_f32's one block read all 32,768 logits
+//   a depth (a 16-row tree round on an H100 drafted 0.41 steps against a gamma-6 chain's 0.25). topk_f32 is now used
+//   by its test only.
 // tree_alternatives: grid (1), block (32). The tree's rows past the chain (rows 1..g, row d at depth d): row r hangs
 //   under chain row parents[r] = d - 1, so it is an alternative at depth d; the rows of one depth follow each other and
 //   take, in order, the best of that depth's top-k list (lists + (d - 1) * K, the draft's distribution for the chain's

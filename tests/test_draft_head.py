@@ -462,11 +462,17 @@ def test_packed_head_step_is_forward_and_logits_bit_for_bit(packed_target, monke
     assert not np.array_equal(ref[2], bad[2])
 
 
-def test_a_kv_only_step_writes_the_whole_steps_cache_bit_for_bit(packed_target, monkeypatch):
+@pytest.mark.parametrize("activations", ["float32", "int8"])
+def test_a_kv_only_step_writes_the_whole_steps_cache_bit_for_bit(packed_target, monkeypatch, activations):
     """draft_step(kv_only=True), how the drafter reads the prompt: the same K/V bits in the cache as the whole step, over
-    a prompt of more rows than the row kernel takes (BLAS) and one within it, so the next step gives the same g and
-    logits; it computes no q, attention output, MLP or logits. A kv-only pass that dropped the k/v bias is caught."""
+    a prompt of more rows than the row kernel takes (float32: BLAS; int8: the row kernel in chunks) and one within it,
+    so the next step gives the same g and logits; it computes no q, attention output, MLP or logits. Both activation
+    modes (int8: the CLI's on the CPU). A kv-only pass that dropped the k/v bias is caught."""
     from minitorch.cpu import decoder as fd
+    from minitorch.cpu import packed as fast_packed
+
+    if activations == "int8" and not fast_packed.int8_supported():
+        pytest.skip("int8 activations need AVX2 or AVX512-VNNI")
 
     model, _ = packed_target
     head = DraftHead(DraftHeadConfig.for_target(model, head_vocab=256, intermediate_size=128), model.backend, seed=4)
@@ -474,6 +480,8 @@ def test_a_kv_only_step_writes_the_whole_steps_cache_bit_for_bit(packed_target, 
     for p in (head.layer.self_attn.k_proj.bias, head.layer.self_attn.v_proj.bias):  # initialised to zeros
         p.update(minitorch.from_numpy(rng.standard_normal(p.value.shape).astype(np.float32)))
     head = head.packed()
+    if activations == "int8":  # the head's own weights only (a fresh head: nothing to restore)
+        fast_packed.set_weight_activations(head.packed_weights(), "int8")
     lm = model.lm_head_weight()
     f, e = (minitorch.from_numpy(rng.standard_normal((1, 25, 256)).astype(np.float32)) for _ in range(2))
     lw = head.layer

@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .launch import (ATT_MIN_SLOTS, ATT_RMAX, ATT_SLOT_BLOCKS, SAMPLE_CLUSTER, SAMPLE_THREADS, WIDE_ROWS, argmax_plan,
-                     cluster_supported, tensor_cores_supported)
+                     cluster_supported, resnorm_rows, tensor_cores_supported)
 from .pdl import PdlLauncher
 from .runtime import get_cupy, kernels
 
@@ -185,9 +185,8 @@ class BatchDecoder:
             self._resnorm(T, d.final_norm if li + 1 == d.L else d.layers[li + 1]["ln1"])
 
     def _resnorm(self, T: int, w: Any) -> None:
-        """xn = RMSNorm(resid) * w for T rows (the resnorm epilogue's row function)."""
-        self.k.launch("gemv_resnorm_rows_bf16", (T,), (256,),
-                      (self.resid, w, self.xn, np.int32(self.dec.H), np.float32(self.dec.eps)))
+        """xn = RMSNorm(resid) * w for T rows (launch.resnorm_rows: the resnorm epilogue's row function)."""
+        resnorm_rows(self.k, self.resid, w, self.xn, T, self.dec.H, self.dec.eps)
 
     def _choose(self, x: Any, R: int, out: Any, params: Optional[Tuple[Any, Any, Any, Any]]) -> None:
         """The LM head over x's rows 0..R-1, then out[r] = argmax, or a draw with row r's settings and generator

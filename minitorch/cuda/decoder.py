@@ -46,7 +46,7 @@ import numpy as np
 
 from .blas import CUDA_R_16BF, CUDA_R_32F, cublas
 from .launch import (ATT_MIN_SLOTS, ATT_RMAX, ATT_SLOT_BLOCKS, SAMPLE_CLUSTER, SAMPLE_THREADS, WIDE_ROWS, argmax_plan,
-                     attn_partial_kernel, cluster_supported, tensor_cores_supported)
+                     attn_partial_kernel, cluster_supported, resnorm_rows, tensor_cores_supported)
 from .pdl import PdlLauncher
 from .runtime import get_cupy, kernels
 
@@ -453,8 +453,7 @@ class CudaDecoder:
             if nw is not None:
                 if split:
                     self._gemv(x, w, M, N, K, resid=self.resid)
-                    self.k.launch("gemv_resnorm_rows_bf16", (M,), (256,),
-                                  (self.resid, nw, self.xn, np.int32(N), np.float32(self.eps)))
+                    resnorm_rows(self.k, self.resid, nw, self.xn, M, N, self.eps)
                 else:
                     self._gemv(x, w, M, N, K, yb=self.xn, resid=self.resid, mode="_resnorm", nw=nw)
                 return _NORMED

@@ -241,6 +241,13 @@ def _reduce_two_pass(op: str, a: Any, dim: int, out: Any, R: int) -> None:
     reduce(op, parts, dim, out)  # pass 2
 
 
+def resnorm_rows(k: Any, resid: Any, w: Any, xn: Any, T: int, H: int, eps: float) -> None:
+    """xn = RMSNorm(resid) * w (bf16) for T rows of the fp32 residual (H wide) through launcher k, a block a row
+    (kernels/gemv.cu gemv_resnorm_rows_bf16: the resnorm epilogue's row function at its block size, so its bits).
+    CudaDecoder's steps of StepPlan.split_norm and the batch decoder's steps normalise their rows with it."""
+    k.launch("gemv_resnorm_rows_bf16", (T,), (256,), (resid, w, xn, np.int32(H), np.float32(eps)))
+
+
 def argmax_plan(n: int) -> Tuple[int, int]:
     """(nchunks, chunk) for the two-phase argmax of rows of length n."""
     nchunks = max(1, min(128, n // 2048))

@@ -289,7 +289,7 @@ class HeadGpuDrafter(GpuDrafter):
 
     def draft(self, target: Any, g: int, first_T: int, cfg: SamplingConfig, top_k: int = 0) -> tuple[int, int]:
         """top_k > 0 (a draft tree, cuda_tree.py): after step i the head's top_k tokens there go to row i of
-        top_k_lists (kernels/tree.cu topk_f32, over the step's logits row)."""
+        top_k_lists (_top_k, over the step's logits row)."""
         if g <= 0 or self._skip:
             return 0, 0
         head = self.device
@@ -307,7 +307,8 @@ class HeadGpuDrafter(GpuDrafter):
     def _top_k(self, top_k: int, out: Any) -> None:
         """out (top_k,) int64 = the ids of the head's top_k logits at its last step, largest first, ties to the lower
         id: kernels/tree.cu topk_part_f32 over chunks of TOPK_CHUNK logits, then topk_merge_f32 over their lists
-        (topk_f32's result, which one block reading every logit took ~70 us a depth for)."""
+        (topk_f32's result; that one block reads every logit, and a tree round drafted ~0.04 steps a depth more than a
+        chain's on an H100, docs/results/h100_split_norm/: these two passes are not yet timed)."""
         head = self.device
         nb = -(-head.nv // TOPK_CHUNK)
         if self._topk_ws is None or self._topk_ws[0].size < nb * top_k:

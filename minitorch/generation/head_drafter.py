@@ -122,9 +122,9 @@ class HeadDrafter:
             n = self._n_feats  # head positions 0..n-2 read f_0..f_{n-2}; the last waits for the first round
             b = max(0, n - 1 - self.prompt_window) if self.prompt_window else 0  # the window's first position
             self._base = b
-            n_head = min(self.head.config.head_vocab, self._vocab)  # only the K/V: the last waits for the round
-            self.head.draft_step(from_numpy(self._feats[b:n - 1][None], backend=self.head.backend),
-                                 self._embed(prompt[b + 1:n]), self.cache, self._lm, n_head, kv_only=True)
+            feats = from_numpy(self._feats[b:n - 1][None], backend=self.head.backend)
+            # their outputs are never read: only their K/V enter the cache
+            self.head.draft_step(feats, self._embed(prompt[b + 1:n]), self.cache, self._lm, self._rows(), kv_only=True)
             self.forwards += 1
 
     def rollback(self, n_tokens: int) -> None:
@@ -147,12 +147,16 @@ class HeadDrafter:
                 self._base = n_tokens
             self.cache.truncate(n_tokens - self._base)
 
+    def _rows(self) -> int:
+        """The LM-head rows the head proposes among: its head_vocab ids of the shared vocabulary."""
+        return min(self.head.config.head_vocab, self._vocab)
+
     def _embed(self, ids: Sequence[int]) -> Any:
         return self._emb(make_tensor([list(ids)], dtype="int64", backend=self.head.backend))  # (1, T, D)
 
     def _step(self, feats: Any, ids: Sequence[int]) -> tuple[Any, np.ndarray]:
         """The head over new positions: (g (1, T, D), logits of the last position over the head's ids)."""
-        n_head = min(self.head.config.head_vocab, self._vocab)
+        n_head = self._rows()
         last, logits = self.head.draft_step(feats, self._embed(ids), self.cache, self._lm, n_head)  # (1, 1, D)
         self.forwards += 1
         return last, logits_rows(logits, n_head)[-1]
