@@ -29,7 +29,7 @@ with no_grad():
         for _ in range(3):  # alternating, each on a fresh cache
             d.cache = head.new_cache(T + 8); t0 = time.perf_counter(); d._step(F, prompt[1:T]); t_all.append(time.perf_counter() - t0)
             d.cache = head.new_cache(T + 8); t0 = time.perf_counter()
-            head.draft_step(F, d._embed(prompt[1:T]), d.cache, d._lm, m.vocab_size, kv_only=True); t_kv.append(time.perf_counter() - t0)
+            head.draft_step(F, d._embed(prompt[1:T]), d.cache, d._lm, d._rows(), kv_only=True); t_kv.append(time.perf_counter() - t0)
         t_all, t_kv = min(t_all), min(t_kv)
         print(f"T={T} target prefill {a*1e3:.0f} ms; head: embed {t_emb*1e3:.1f} fc {t_fc*1e3:.1f} whole step {t_all*1e3:.1f} ms ({t_all/a:.1%}); "
               f"kv-only {t_kv*1e3:.1f} ms ({t_kv/a:.1%}, {t_all/t_kv:.2f}x less)")
