@@ -24,7 +24,7 @@ from typing import Any, Optional, Sequence
 from minitorch.generation import SamplingConfig
 from minitorch.generation.engine import DrafterSpec, Engine, make_engine
 from project.one_line_parser import EXIT_USER_ERROR
-from project.settings import DEFAULT_DRAFT, Settings, UserError
+from project.settings import DEFAULT_DRAFT, HEAD_GPU_INT8, Settings, UserError
 
 EXIT_INTERRUPTED = 130
 SHIPPED_HEADS = Path(__file__).resolve().parents[1] / "heads"  # the repository's draft heads, a folder each
@@ -223,8 +223,10 @@ def _load_gpu(settings: Settings, need_draft: Optional[bool], progress: bool) ->
     head = None
     if s.drafter == "head":
         h = load_head_for(s.head, target_model)
+        int8 = gpu.draft_weights == "int8" or (gpu.draft_weights == "auto" and HEAD_GPU_INT8
+                                                and not int8_unsupported(h.config))
         try:  # the draft's (and a draft head's) bits never reach the output: its fastest kernels at each step size
-            head = HeadDecoder(h.config, weights_from_model(h), target, gemv=gpu.draft_mode)
+            head = HeadDecoder(h.config, weights_from_model(h), target, gemv=gpu.draft_mode, int8_weights=int8)
         except ValueError as e:
             raise UserError(f"the draft head on the GPU: {e}") from None
     del target_model

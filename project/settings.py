@@ -68,10 +68,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "the tensor-core GEMV; auto (default): ourstc on GPUs of compute capability >= 8.0. With "
                         "--fast-verify the draft's longer steps use cuBLAS. Never changes the output")
     g.add_argument("--gpu-draft-weights", choices=("auto", "bf16", "int8"), default="auto",
-                   help="cuda: the draft's one-token steps read bf16 weights or 8-bit copies of every projection and "
-                        "of the LM head, one scale a row (kernels/gemv.cu gemv1*_i8; half the bytes); auto "
-                        "(default): int8 where the draft's shapes allow it (sizes multiples of 16). The draft only "
-                        "proposes tokens, so this changes speed and acceptance, never the output")
+                   help="cuda: the draft's (a draft model's or a head's) one-token steps read bf16 weights or 8-bit "
+                        "copies of every projection and of the LM head (a head's: its head_vocab rows), one scale a "
+                        "row (kernels/gemv.cu gemv1*_i8; half the bytes); auto (default): int8 where the draft's "
+                        "shapes allow it (sizes multiples of 16). The draft only proposes tokens, so this changes "
+                        "speed and acceptance, never the output")
     g.add_argument("--gpu-prefill", choices=("eager", "graph"), default="graph",
                    help="cuda: fill the prompt's cache with one captured graph a chunk of up to 128 tokens, the chunk "
                         "padded (default; CudaDecoder.fill_cache) or with eager steps. The chunks' row counts differ, "
@@ -297,6 +298,7 @@ HEAD_CPU_GAMMA = 3  # a draft head on the CPU engine: GSM8K first 20, 1.56x at 3
 HEAD_GPU_GAMMA = 6  # ... on the CUDA-graph engine, where a verify row now costs ~1% of a step (SPLIT_NORM_FROM), on one
 # H100 with the cost budget: GSM8K first 20 2.37x at 6 against 2.29x at 4, MATH-500 first 20 2.42x against 2.23x,
 # Spec-Bench's 480 2.06x against 2.00x (docs/results/h100_split_norm/)
+HEAD_GPU_INT8 = True  # --gpu-draft-weights auto: a head's one-row steps on 8-bit rows too (HeadDecoder int8_weights)
 GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8 verify rows, the best measured
 # --draft-lookup's default with a head's greedy chains, by engine. The CUDA-graph engine: 2. All 480 Spec-Bench questions
 # on one H100 ran 1.81x our target alone with it against 1.50x without (summarization 2.24x against 1.20x, rag 1.63x

@@ -63,12 +63,12 @@ def _models(head_seed=3, inter=96):
     return model, w, head, hw
 
 
-def _decoders(w, head, hw, target_mode=None, head_gemv="ours", graph_prefill=False):
+def _decoders(w, head, hw, target_mode=None, head_gemv="ours", graph_prefill=False, head_int8=False):
     from minitorch.cuda.head import HeadDecoder
     from test_cuda_model import CONFIGS, decoder_of
 
     target = decoder_of(CONFIGS[0], w, graph_prefill=graph_prefill, **(target_mode or dict(gemv="ours")))
-    return target, HeadDecoder(head.config, hw, target, gemv=head_gemv)
+    return target, HeadDecoder(head.config, hw, target, gemv=head_gemv, int8_weights=head_int8)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,8 @@ def models():
 # ------------------------------------------------------------------ (1) greedy == the target alone
 @pytest.mark.parametrize("setup", [
     dict(), dict(head_gemv="ourstc"), dict(head_gemv="ours1"), dict(target_mode=dict(gemv="tc"), head_gemv="ourstc"),
-    dict(graph_prefill=True)], ids=["ours", "head-ourstc", "head-ours1", "target-tc", "graph-prefill"])
+    dict(graph_prefill=True), dict(head_int8=True), dict(head_int8=True, head_gemv="ourstc")],
+    ids=["ours", "head-ourstc", "head-ours1", "target-tc", "graph-prefill", "head-int8", "head-int8-ourstc"])
 @pytest.mark.parametrize("gamma", [1, 3, 5])
 @pytest.mark.gpu
 @needs_gpu
@@ -179,14 +180,14 @@ def _cpu_features(model, ids):
     return np.asarray(h.to_numpy(), np.float32)[0]
 
 
-def cpu_round(model, head, context, drafts):
+def cpu_round(model, head, context, drafts, lm=None):
     """The CPU head's logits for each draft of a round, teacher-forced with the GPU's drafts: HeadDrafter's
     positions and features (the target's for verified positions, the head's own g after), run uncached
-    (tests/test_draft_head.py shows the cached drafter equals this)."""
+    (tests/test_draft_head.py shows the cached drafter equals this). lm: the LM head's rows (default the target's)."""
     n = len(context)
     feats = list(_cpu_features(model, context[:n - 1]))  # f_0 .. f_{n-2}
     toks = list(context[1:n])  # position t reads x_{t+1}
-    emb, lm = model.model.embed_tokens, model.lm_head_weight()
+    emb, lm = model.model.embed_tokens, model.lm_head_weight() if lm is None else lm
     out = []
     for i in range(len(drafts)):
         with minitorch.no_grad():
@@ -198,12 +199,12 @@ def cpu_round(model, head, context, drafts):
     return out
 
 
-def compare_proposals(model, head, rounds):
+def compare_proposals(model, head, rounds, lm=None):
     """(steps, decisive steps, decisive mismatches, logit errors over tolerance) of recorded GPU rounds."""
     steps = decisive = 0
     bad, far = [], []
     for context, drafts, last in rounds:
-        ref = cpu_round(model, head, context, drafts)
+        ref = cpu_round(model, head, context, drafts, lm)
         for i, (d, row) in enumerate(zip(drafts, ref)):
             steps += 1
             top = np.sort(row)[::-1]
@@ -239,6 +240,70 @@ def test_gpu_proposals_are_the_cpu_heads(models, setup):
         assert not far, f"GPU head logits off the CPU head's by more than the bf16 tolerance: {far[:5]}"
         steps, decisive = steps + s, decisive + d
     assert steps >= 40 and decisive >= 10, (steps, decisive)  # the comparison decided something
+
+
+def _int8_reference(model, head, hw):
+    """A CPU head holding what HeadDecoder(int8_weights=True) computes with: fc and the layer's projections
+    dequantized from quantize_rows_int8's codes of their bf16 rows, and the target LM head's first HEAD_VOCAB rows
+    likewise (returned as a tensor for cpu_round's lm)."""
+    from minitorch import FastBackend
+    from minitorch.cuda.decoder import quantize_rows_int8
+    from minitorch.models.draft_head import DraftHead
+
+    def deq(v):
+        codes, scale = quantize_rows_int8(np, round_bf16(np.asarray(v, np.float32)))
+        return (codes.astype(np.float32) * scale[:, None]).astype(np.float32)
+
+    ref = DraftHead(head.config, FastBackend, seed=0)
+    for name, p in ref.named_parameters():
+        v = hw[name] if name == "fc.bias" else round_bf16(hw[name])
+        p.update(minitorch.from_numpy(deq(v) if v.ndim == 2 else np.asarray(v, np.float32), backend=FastBackend))
+    lm = np.asarray(model.lm_head_weight().to_numpy(), np.float32)[:HEAD_VOCAB]
+    return ref, minitorch.from_numpy(deq(lm), backend=FastBackend)
+
+
+@pytest.mark.parametrize("head_gemv", ["ours", "ourstc"])
+@pytest.mark.gpu
+@needs_gpu
+def test_int8_head_proposals_are_the_cpu_heads_on_its_8bit_rows(models, head_gemv):
+    """HeadDecoder(int8_weights=True) (--gpu-draft-weights, a head): its one-row steps (two-row too under "ours")
+    read 8-bit copies of fc, the layer and the LM head's head_vocab rows; its drafts are those of a CPU head on the
+    dequantized rows at every decisive step, its logits within the bf16 tolerance; the target keeps bf16 rows."""
+    model, w, head, hw = models
+    ref, lm = _int8_reference(model, head, hw)
+    steps = decisive = 0
+    for prompt, gamma in ((PROMPTS[0], 3), (PROMPTS[2], 4)):
+        rounds, res = record(w, head, hw, prompt, gamma, head_gemv=head_gemv, head_int8=True)
+        s, d, bad, far = compare_proposals(model, ref, rounds, lm)
+        assert not bad, f"int8 GPU drafts differ from the CPU head's on the same rows: {bad[:5]}"
+        assert not far, f"int8 GPU head logits off the CPU head's by more than the bf16 tolerance: {far[:5]}"
+        steps, decisive = steps + s, decisive + d
+    assert steps >= 40 and decisive >= 10, (steps, decisive)
+    target, hdec = _decoders(w, head, hw, head_gemv=head_gemv, head_int8=True)
+    assert not target.q8 and hdec.q8[target.lm_head.data.ptr][0].shape[0] == hdec.head_vocab
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_an_int8_head_reading_shifted_lm_head_rows_is_caught(models, monkeypatch):
+    """The comparison above has power: 8-bit LM head rows taken one row late (a token's logit from the next
+    token's row) are caught."""
+    from minitorch.cuda.head import HeadDecoder
+
+    good = HeadDecoder._quantize_int8
+
+    def rolled(self):
+        good(self)
+        codes, scales = self.q8[self.lm_head.data.ptr]
+        self.q8[self.lm_head.data.ptr] = (self.cp.roll(codes, -1, axis=0), self.cp.roll(scales, -1))
+
+    monkeypatch.setattr(HeadDecoder, "_quantize_int8", rolled)
+    model, w, head, hw = models
+    ref, lm = _int8_reference(model, head, hw)
+    with pytest.raises(AssertionError):
+        rounds, _ = record(w, head, hw, PROMPTS[2], 4, head_int8=True)
+        _, _, bad, far = compare_proposals(model, ref, rounds, lm)
+        assert not bad and not far
 
 
 @pytest.mark.gpu
@@ -548,3 +613,46 @@ def test_cli_graph_path_missing_head_is_one_line_exit_2(monkeypatch, tmp_path, c
         cli_common.run_cli(main)
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and "no draft head" in err, err
+
+
+@pytest.mark.parametrize("weights, hidden, int8", [("auto", 64, True), ("bf16", 64, False), ("int8", 64, True),
+                                                   ("auto", 24, False)])
+def test_cli_gpu_draft_weights_reach_the_heads_decoder(monkeypatch, weights, hidden, int8):
+    """--gpu-draft-weights: auto builds the head's decoder with 8-bit rows where its sizes allow (HEAD_GPU_INT8),
+    bf16 without; the target's decoder never gets them."""
+    from project import cli_common
+    from project.settings import GpuSettings
+    import minitorch.cuda.decoder as decoder_mod
+    import minitorch.cuda.head as head_mod
+
+    from test_cuda_model import CONFIGS, build
+
+    model, _ = build(CONFIGS[0], minitorch.FastBackend, seed=1)
+    monkeypatch.setattr(cli_common, "require_gpu", lambda: None)
+    monkeypatch.setattr("minitorch.models.load_model", lambda *a, **k: (model, SimpleNamespace(vocab_size=97,
+                                                                                              stop_token_ids=[0])))
+    built = []
+
+    class FakeDecoder:
+        def __init__(self, cfg, w, **kw):
+            self.V, self.config = cfg.vocab_size, cfg
+            built.append(("target", kw))
+
+        @classmethod
+        def from_model(cls, model, **kw):
+            return cls(model.config, None, **kw)
+
+    class FakeHeadDecoder:
+        def __init__(self, cfg, w, target, **kw):
+            built.append(("head", kw))
+
+    hcfg = SimpleNamespace(hidden_size=hidden, intermediate_size=4 * hidden, num_attention_heads=2,
+                           head_dim=hidden // 2)
+    monkeypatch.setattr(decoder_mod, "CudaDecoder", FakeDecoder)
+    monkeypatch.setattr(decoder_mod, "weights_from_model", lambda m: {})
+    monkeypatch.setattr(head_mod, "HeadDecoder", FakeHeadDecoder)
+    monkeypatch.setattr(cli_common, "decide_drafter", lambda s, t: s)
+    monkeypatch.setattr(cli_common, "load_head_for", lambda folder, t: SimpleNamespace(config=hcfg))
+    cli_common.load_models(_settings(gpu=GpuSettings(draft_weights=weights)), progress=False)
+    (_, target_kw), (kind, head_kw) = built
+    assert kind == "head" and head_kw["int8_weights"] is int8 and not target_kw.get("int8_weights")

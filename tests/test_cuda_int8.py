@@ -111,15 +111,19 @@ def test_every_8bit_kernel_the_decoder_asks_for_is_built_and_found():
         built |= {f"gemv{tm}{m}_i8" for m in I8_MODES}
         built |= {f"gemv{tm}r{big}{m}_i8" for m in I8_BIG_MODES}
     w = SimpleNamespace(data=SimpleNamespace(ptr=1))
-    dec = SimpleNamespace(q8={1: ("codes", "scales")}, _tc=lambda M: False)
+    C = SimpleNamespace(shape=(151936, 896))  # codes of every row any product below asks for
+    dec = SimpleNamespace(q8={1: (C, "scales")}, _tc=lambda M: False)
     asked = set()
     for M in (1, 2):
         for mode in I8_MODES:
             for N, K in ((1152, 896), (9728, 896), (151936, 896), (896, 4864)):
                 name, rows, codes, scales = CudaDecoder._q8(dec, w, M, N, mode, K)
-                assert codes == "codes" and rows in (4, 8, 16) and kernel_file(name) == "gemv"
+                assert codes is C and rows in (4, 8, 16) and kernel_file(name) == "gemv"
                 asked.add(name)
         assert CudaDecoder._q8(dec, w, M, 900, "_norm", 896) is None  # an input mode without 8-bit kernels
+        few = SimpleNamespace(q8={1: (SimpleNamespace(shape=(32768, 896)), "scales")}, _tc=lambda M: False)
+        assert CudaDecoder._q8(few, w, M, 32768, "", 896) is not None  # a head's LM head: its head_vocab rows
+        assert CudaDecoder._q8(few, w, M, 32769, "", 896) is None  # more rows than were copied: the bf16 ones
     assert CudaDecoder._q8(dec, w, 3, 900, "", 896) is None  # three tokens: the bf16 rows
     dec._tc = lambda M: M > 1  # gemv="ourstc": two tokens in the tensor-core GEMV
     assert CudaDecoder._q8(dec, w, 2, 900, "", 896) is None and CudaDecoder._q8(dec, w, 1, 900, "", 896)

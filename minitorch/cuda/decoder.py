@@ -362,19 +362,26 @@ class CudaDecoder:
         self.ws_l = cp.zeros(ws_rows, cp.float32)
         self.ws_acc = cp.zeros(ws_rows * D, cp.float32)
 
+    def _int8_rows(self) -> "list[tuple[Any, int]]":
+        """(bf16 weight, leading rows) pairs that int8_weights copies to 8 bits: every projection and the LM head."""
+        return [(lw[n], lw[n].shape[0]) for lw in self.layers for n in ("qkv", "o", "gate_up", "down")] + \
+            [(self.lm_head, self.lm_head.shape[0])]
+
     def _quantize_int8(self) -> None:
-        """8-bit codes + a scale a row of every projection and the LM head (int8_weights)."""
+        """8-bit codes + a scale a row of the weights _int8_rows names (int8_weights), kept by the bf16 array's
+        pointer (_q8 looks them up there)."""
         cp = self.cp
         why = int8_unsupported(self.cfg)
         if why:
             raise ValueError(why)
-        for w in [lw[n] for lw in self.layers for n in ("qkv", "o", "gate_up", "down")] + [self.lm_head]:
+        for w, n in self._int8_rows():
             if w.data.ptr in self.q8:
                 continue
-            codes, scales = cp.empty(w.shape, cp.int8), cp.empty(w.shape[0], cp.float32)
-            for r in range(0, w.shape[0], 16384):  # a slice at a time: float32 copies of big rows are large
-                f = (w[r:r + 16384].astype(cp.uint32) << 16).view(cp.float32)
-                codes[r:r + 16384], scales[r:r + 16384] = quantize_rows_int8(cp, f)
+            codes, scales = cp.empty((n, w.shape[1]), cp.int8), cp.empty(n, cp.float32)
+            for r in range(0, n, 16384):  # a slice at a time: float32 copies of big rows are large
+                e = min(r + 16384, n)
+                f = (w[r:e].astype(cp.uint32) << 16).view(cp.float32)
+                codes[r:e], scales[r:e] = quantize_rows_int8(cp, f)
             self.q8[w.data.ptr] = (codes, scales)
 
     # ------------------------------------------------------------------ which kernels
@@ -412,8 +419,10 @@ class CudaDecoder:
         tokens than 8-bit rows in the CUDA-core one), or a weight without 8-bit rows."""
         if M not in I8_BIG_ROWS or self._tc(M) or not self.q8 or w.data.ptr not in self.q8 or mode not in I8_MODES:
             return None
-        big = I8_BIG_ROWS[M] if N > WIDE_ROWS and K <= 4096 and mode in I8_BIG_MODES else 0
         codes, scales = self.q8[w.data.ptr]
+        if codes.shape[0] < N:  # 8-bit copies of fewer rows than asked (a head's LM head: its head_vocab rows)
+            return None
+        big = I8_BIG_ROWS[M] if N > WIDE_ROWS and K <= 4096 and mode in I8_BIG_MODES else 0
         return f"gemv{M}{f'r{big}' if big else ''}{mode}_i8", (big or 4), codes, scales
 
     # ------------------------------------------------------------------ products

@@ -50,7 +50,10 @@ class HeadDecoder(CudaDecoder):
     (`fc.weight` (H, 2H), `fc.bias`, `layer.*`; float32 numpy from `weights_from_model(head)`, or bf16 bits)."""
 
     def __init__(self, head_cfg: Any, weights: Dict[str, Any], target: Any, max_tokens: Optional[int] = None,
-                 gemv: str = "draft", pdl: Optional[bool] = None) -> None:
+                 gemv: str = "draft", pdl: Optional[bool] = None, int8_weights: bool = False) -> None:
+        """int8_weights: its steps of one (and, under gemv "ours", two) rows read 8-bit copies of fc, the layer's
+        projections and the target LM head's first head_vocab rows (CudaDecoder's int8_weights; the copies are
+        the head's own, the target keeps its bf16 rows): ~half the bytes of a drafting step."""
         if int(head_cfg.hidden_size) != target.H:
             raise ValueError(f"the draft head's hidden size {head_cfg.hidden_size} is not the target's {target.H}")
         for name in ("fc.weight", "fc.bias"):
@@ -65,6 +68,7 @@ class HeadDecoder(CudaDecoder):
         w["model.norm.weight"] = np.ones(H, np.float32)  # unused: the head has no final norm
         super().__init__(head_config(head_cfg, target), w, max_len=target.max_len,
                          max_tokens=int(max_tokens or target.max_tokens), gemv=gemv, pdl=pdl,
+                         int8_weights=int8_weights,
                          graph_prefill=False)  # it never prefills itself: feed_rows reads the target's chunks
         self._src = self._sources("self")
 
@@ -81,6 +85,12 @@ class HeadDecoder(CudaDecoder):
         self.fc_b = (cp.asarray(b, dtype=cp.float32) if str(b.dtype) != "uint16"
                      else (cp.asarray(b).astype(cp.uint32) << 16).view(cp.float32)).reshape(self.H)
         self._fc = None
+
+    def _int8_rows(self) -> "list[tuple[Any, int]]":
+        """The layer's projections, fc, and the LM head's first head_vocab rows (the only ones a head reads)."""
+        lw = self.layers[0]
+        return [(lw[n], lw[n].shape[0]) for n in ("qkv", "o", "gate_up", "down")] + \
+            [(self.fc_w, self.H), (self.lm_head, self.head_vocab)]
 
     def _alloc_buffers(self) -> None:
         super()._alloc_buffers()
