@@ -17,10 +17,12 @@ chain tokens and up to top_k - 1 alternatives a depth, depth 1 first. An alterna
 at depth d is rejected and the target's own token is one of the head's next choices there, the round keeps it and the
 target's token after it (the leaf's row gives that), one token more than the chain. A tree of T = 1 + budget rows is
 one verify step of T rows: the tensor-core GEMV takes up to 16 tokens a pass, so T <= 16 (TREE_MAX_ROWS). On one H100
-(docs/results/h100_split_norm/) a tree round verifies in 1.10 (9 rows) to 1.17 (16 rows) decode steps, but its
-drafting, the top-k lists between the head's one-row graphs (then one block a list: topk_f32; two passes since,
-topk_part_f32 + topk_merge_f32, not yet timed), cost 0.31-0.41 steps against a gamma-6 chain's 0.25, so its extra
-tokens (tau 3.68 at 16 rows against 3.09 on GSM8K) did not pay: 2.28x against 2.37x. The head drafts no branch of its
+a 16-row tree round verifies in 1.16 decode steps (GSM8K; 1.27 on MATH-500's longer contexts) against a chain's 1.02.
+Its drafting adds the top-k lists between the head's one-row graphs: one block a list (topk_f32) cost a 3,5,15 tree
+0.41 steps a round against a gamma-6 chain's 0.25 (docs/results/h100_split_norm/: 2.28x against 2.37x); two passes
+(topk_part_f32 over chunks of TOPK_CHUNK logits, topk_merge_f32) with the head's 8-bit rows, 0.27 against 0.22
+(docs/results/gpu_int8_head/): GSM8K first 20 2.50-2.54x against the chain's 2.45x, MATH-500 2.35x against 2.49x.
+The head drafts no branch of its
 own (no tree attention in the head): the alternatives come free from the distributions it computes for the chain.
 
 Exact by construction: each row is built to get a decode step's logits at its position after its own path

@@ -3,7 +3,7 @@
 # shipped head: chain gamma 6 on bf16 and on 8-bit head rows, trees on 8-bit rows (each run its own target alone)
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 MINITORCH_SPEC_CACHE=/root/cache
-T0=$(date +%s); LIMIT=${LIMIT:-575}
+T0=$(date +%s); LIMIT=${LIMIT:-430}
 log() { echo "=== $(date -u +%H:%M:%S) t=$(( $(date +%s) - T0 ))s $*"; }
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 run() { local name=$1 t=$2; shift 2; local l; l=$(left)
@@ -16,13 +16,11 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 [ -f /tmp/site/.done ] || { python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && touch /tmp/site/.done; }
 export PYTHONPATH="$PYTHONPATH:/tmp/site"
 [ -f minitorch/cuda_kernels/gemv.fatbin ] || { log build; ./compile_cuda.sh > "$OUT/build.log" 2>&1; echo "build rc=$?"; }
-run gpu_tests 200 python3 -m pytest -m gpu -q -x tests/test_cuda_head_drafter.py tests/test_cuda_tree.py tests/test_cuda_int8.py tests/test_cuda_batch.py
+run gpu_tests 150 python3 -m pytest -m gpu -q tests/test_cuda_head_drafter.py tests/test_cuda_tree.py tests/test_cuda_batch.py -k "int8 or proposals or head_equals or topk or norm or batch"
 B="--limit 20 --backend cuda --no-plots --no-progress --drafter head"
 G=project/benchmark_gsm8k.py
 run gsm8k_chain6_bf16 90 python3 $G $B --gamma 6 --gpu-draft-weights bf16 -o $OUT/gsm8k_chain6_bf16.jsonl
 run gsm8k_chain6_int8 90 python3 $G $B --gamma 6 -o $OUT/gsm8k_chain6_int8.jsonl
 run gsm8k_tree_3_5_15_int8 90 python3 $G $B --draft-tree 3,5,15 -o $OUT/gsm8k_tree_3_5_15_int8.jsonl
 run gsm8k_tree_3_6_15_int8 90 python3 $G $B --draft-tree 3,6,15 -o $OUT/gsm8k_tree_3_6_15_int8.jsonl
-run gsm8k_chain8_int8 90 python3 $G $B --gamma 8 -o $OUT/gsm8k_chain8_int8.jsonl
-run gsm8k_tree_3_5_15_bf16 90 python3 $G $B --draft-tree 3,5,15 --gpu-draft-weights bf16 -o $OUT/gsm8k_tree_3_5_15_bf16.jsonl
 cd "$OUT" && tar czf bench59a.tgz *.jsonl *.log 2>/dev/null && rm -f *.jsonl gsm8k*.log && ls
