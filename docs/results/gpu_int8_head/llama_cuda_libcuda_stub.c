@@ -1,0 +1,14 @@
+int cuMemUnmap(void){return 999;}
+int cuMemSetAccess(void){return 999;}
+int cuMemRelease(void){return 999;}
+int cuMemMap(void){return 999;}
+int cuMemGetAllocationGranularity(void){return 999;}
+int cuMemCreate(void){return 999;}
+int cuMemAddressReserve(void){return 999;}
+int cuMemAddressFree(void){return 999;}
+int cuGetErrorString(void){return 999;}
+int cuDeviceGetAttribute(void){return 999;}
+int cuDeviceGet(void){return 999;}
+int cuGetProcAddress(void){return 999;}
+int cuDriverGetVersion(void){return 999;}
+int cuInit(void){return 999;}
