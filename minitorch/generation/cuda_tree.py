@@ -22,8 +22,8 @@ Its drafting adds the top-k lists between the head's one-row graphs: one block a
 0.41 steps a round against a gamma-6 chain's 0.25 (docs/results/h100_split_norm/: 2.28x against 2.37x); two passes
 (topk_part_f32 over chunks of TOPK_CHUNK logits, topk_merge_f32) with the head's 8-bit rows, 0.27 against 0.22
 (docs/results/gpu_int8_head/): GSM8K first 20 2.50-2.54x against the chain's 2.45x, MATH-500 2.35x against 2.49x.
-The head drafts no branch of its
-own (no tree attention in the head): the alternatives come free from the distributions it computes for the chain.
+The head drafts no branch of its own (no tree attention in the head): the alternatives come free from the
+distributions it computes for the chain.
 
 Exact by construction: each row is built to get a decode step's logits at its position after its own path
 (CudaDecoder.tree_step), and the walk emits the target's argmax at every step, so the output is the target alone's.
