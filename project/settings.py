@@ -299,9 +299,6 @@ HEAD_CPU_GAMMA = 3  # a draft head on the CPU engine: GSM8K first 20, 1.56x at 3
 HEAD_GPU_GAMMA = 6  # ... on the CUDA-graph engine, where a verify row now costs ~1% of a step (SPLIT_NORM_FROM), on one
 # H100 with the cost budget: GSM8K first 20 2.37x at 6 against 2.29x at 4, MATH-500 first 20 2.42x against 2.23x,
 # Spec-Bench's 480 2.06x against 2.00x (docs/results/h100_split_norm/)
-HEAD_GPU_INT8 = True  # --gpu-draft-weights auto: a head's one-row steps on 8-bit rows too (HeadDecoder int8_weights):
-# one H100, gamma 6, GSM8K first 20 2.45x against 2.34x on bf16 rows (tau 3.15 / 3.11), all of Spec-Bench 2.11x
-# against stop 58's 2.06x (docs/results/gpu_int8_head/)
 GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8 verify rows, the best measured
 # --draft-lookup's default with a head's greedy chains, by engine. The CUDA-graph engine: 2. All 480 Spec-Bench questions
 # on one H100 ran 1.81x our target alone with it against 1.50x without (summarization 2.24x against 1.20x, rag 1.63x

@@ -618,7 +618,7 @@ def test_cli_graph_path_missing_head_is_one_line_exit_2(monkeypatch, tmp_path, c
 @pytest.mark.parametrize("weights, hidden, int8", [("auto", 64, True), ("bf16", 64, False), ("int8", 64, True),
                                                    ("auto", 24, False)])
 def test_cli_gpu_draft_weights_reach_the_heads_decoder(monkeypatch, weights, hidden, int8):
-    """--gpu-draft-weights: auto builds the head's decoder with 8-bit rows where its sizes allow (HEAD_GPU_INT8),
+    """--gpu-draft-weights: auto builds the head's decoder with 8-bit rows where its sizes allow (as a draft model's),
     bf16 without; the target's decoder never gets them."""
     from project import cli_common
     from project.settings import GpuSettings

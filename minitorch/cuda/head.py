@@ -87,9 +87,9 @@ class HeadDecoder(CudaDecoder):
         self._fc = None
 
     def _int8_rows(self) -> "list[tuple[Any, int]]":
-        """The layer's projections, fc, and the LM head's first head_vocab rows (the only ones a head reads)."""
-        lw = self.layers[0]
-        return [(lw[n], lw[n].shape[0]) for n in ("qkv", "o", "gate_up", "down")] + \
+        """CudaDecoder's (the layer's projections) with fc, and of the LM head only its first head_vocab rows (the
+        only ones a head reads)."""
+        return [(w, n) for w, n in super()._int8_rows() if w is not self.lm_head] + \
             [(self.fc_w, self.H), (self.lm_head, self.head_vocab)]
 
     def _alloc_buffers(self) -> None:
