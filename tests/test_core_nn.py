@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import minitorch
@@ -44,17 +44,30 @@ def test_softmax_log_softmax(backend, data, dim_seed, log):
     check_grad(x, tx)
 
 
+def tt64(a: np.ndarray) -> torch.Tensor:
+    return torch.tensor(np.asarray(a, dtype=np.float64), requires_grad=True)
+
+
+# A row of two close values ([1.8275536, 1.7104751]: a tiny variance) where torch's float32 layer-norm gradient is 0.7%
+# off the float64 one and ours 1e-5 (CI found it, 2026-12-06): the oracle runs in float64
+_CLOSE_ROW = np.zeros((3, 3, 2), np.float32)
+_CLOSE_ROW[0, 0] = [1.8275536, 1.7104751]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @given(data=array_and_perm(), seed=st.integers(0, 99))
+@example(data=(_CLOSE_ROW, [0, 1, 2]), seed=3)
 def test_layernorm_rmsnorm(backend, data, seed):
+    """Values and gradients against torch in float64 (torch's own float32 gradient of a tiny-variance row is further
+    from the truth than ours: _CLOSE_ROW)."""
     a, perm = data
     n = a.shape[-1]
     rng = np.random.default_rng(seed)
     w, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     for kind in ("layer", "rms"):
-        x, tx = make(a, backend, perm, True), tt(a)
-        mw, tw = make(w, backend, None, True), tt(w)
-        mb, tb = make(b, backend, None, True), tt(b)
+        x, tx = make(a, backend, perm, True), tt64(a)
+        mw, tw = make(w, backend, None, True), tt64(w)
+        mb, tb = make(b, backend, None, True), tt64(b)
         if kind == "layer":
             out, tout = nn.layernorm(x, mw, mb, 1e-5), F.layer_norm(tx, (n,), tw, tb, 1e-5)
         else:
