@@ -41,6 +41,18 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "span512": [("SPAN = 256", "SPAN = 512")],
     "span1024": [("SPAN = 256", "SPAN = 1024")],
 }
+_LOOP_OLD = """        for r0 in range(0, rows, 16):
+            rr = min(16, rows - r0)
+            for b0 in range(0, nb, bstep):
+                b1 = min(b0 + bstep, nb)
+"""
+_LOOP_NEW = """        for b0 in range(0, nb, bstep):
+            b1 = min(b0 + bstep, nb)
+            for r0 in range(0, rows, RG):
+                rr = min(RG, rows - r0)
+"""
+for _g in (2, 4, 8):  # rows in groups of _g, each group over a span of inputs while its codes are in L1
+    VARIANTS[f"rg{_g}"] = [(_LOOP_OLD, _LOOP_NEW), ("SPAN = 256", f"SPAN = 256\nRG = {_g}")]
 
 
 def write_variant(name: str, folder: Path) -> str:

@@ -8,6 +8,7 @@
 #
 #   bash tools/stage_target.sh on      # those folders out of the index (git rm --cached) and hidden (.git/info/exclude)
 #   bash tools/stage_target.sh split   # pieces of the GGUF in .stage/p sized to the tree as it is now; .stage/assemble.sh
+#   WITH_DRAFT=1 bash tools/stage_target.sh split   # the 0.5B draft model's GGUF too (~9 more pieces), for --drafter model
 #   ... the device calls (below) ...
 #   bash tools/stage_target.sh off     # the folders back in the index: `git status` as before. NEVER commit between
 #
@@ -37,29 +38,39 @@ case "${1:-}" in
     awk -v m="$MARK" '$0 == m { skip = 1; next } skip && /^\// { next } { skip = 0; print }' "$EXCL" > "$EXCL.tmp"
     mv "$EXCL.tmp" "$EXCL"
     git status --short | head -5 ;;
-  split)
-    cache="${MINITORCH_SPEC_CACHE:-$HOME/.cache/minitorch-spec}"; f=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
-    [ -f "$cache/$f" ] || { echo "missing $cache/$f: run 'python -m minitorch.models.registry' first" >&2; exit 1; }
+  split)  # WITH_DRAFT=1: the 0.5B draft model too (9 more pieces), for runs of `--drafter model`
+    cache="${MINITORCH_SPEC_CACHE:-$HOME/.cache/minitorch-spec}"
+    files=(qwen2.5-coder-1.5b-instruct-q4_k_m.gguf); [ "${WITH_DRAFT:-0}" = 1 ] && files+=(qwen2.5-coder-0.5b-instruct.gguf)
+    for f in "${files[@]}"; do
+      [ -f "$cache/$f" ] || { echo "missing $cache/$f: run 'python -m minitorch.models.registry' first" >&2; exit 1; }
+    done
     grep -qx '/.stage/' "$EXCL" 2>/dev/null || echo '/.stage/' >> "$EXCL"
     tree=$(git ls-files -z | xargs -0 cat | wc -c)
     psize=$(( 62 * 1048576 - tree ))
     [ "$psize" -gt 8388608 ] || { echo "the tree ($tree bytes) leaves no room for pieces" >&2; exit 1; }
-    sum=$(cat "$cache/$f.verified" 2>/dev/null || sha256sum "$cache/$f" | cut -d' ' -f1)
-    rm -rf .stage; mkdir -p .stage/p
-    split -b "$psize" -d -a 3 "$cache/$f" .stage/p/
-    ls .stage/p | grep -v manifest | sed "s|\$| $f $sum|" > .stage/p/manifest
+    rm -rf .stage; mkdir -p .stage/p; : > .stage/p/manifest; start=0
+    for f in "${files[@]}"; do  # pieces numbered on across the files; a manifest line: piece file sha256
+      sum=$(cat "$cache/$f.verified" 2>/dev/null || sha256sum "$cache/$f" | cut -d' ' -f1)
+      split -b "$psize" -d -a 3 --numeric-suffixes="$start" "$cache/$f" .stage/p/
+      n=$(( ($(stat -c %s "$cache/$f") + psize - 1) / psize ))
+      for ((i = start; i < start + n; i++)); do printf '%03d %s %s\n' "$i" "$f" "$sum" >> .stage/p/manifest; done
+      start=$(( start + n ))
+    done
     cat > .stage/assemble.sh <<'SH'
 #!/usr/bin/env bash
-# On the GPU machine: `put NNN` keeps piece NNN in /root/stage; `join` rebuilds the GGUF in /root/cache, sha256 checked.
+# On the GPU machine: `put NNN` keeps piece NNN in /root/stage; `join` rebuilds each GGUF in /root/cache, sha256 checked.
 set -euo pipefail
 R=/root; mkdir -p "$R/stage" "$R/cache"
 case "$1" in
   put) cp ".stage/p/$2" .stage/p/manifest "$R/stage/"
        echo "have $(ls "$R/stage" | grep -vc manifest) of $(wc -l < .stage/p/manifest) pieces";;
-  join) read -r _ f sum < "$R/stage/manifest"
-        cut -d' ' -f1 "$R/stage/manifest" | sed "s|^|$R/stage/|" | xargs cat > "$R/cache/$f"
-        echo "$sum  $R/cache/$f" | sha256sum -c -
-        echo "$sum" > "$R/cache/$f.verified"; rm -rf "$R/stage"; echo "export MINITORCH_SPEC_CACHE=$R/cache";;
+  join) for f in $(cut -d' ' -f2 "$R/stage/manifest" | uniq); do
+          sum=$(awk -v f="$f" '$2 == f { print $3; exit }' "$R/stage/manifest")
+          awk -v f="$f" -v d="$R/stage/" '$2 == f { print d $1 }' "$R/stage/manifest" | xargs cat > "$R/cache/$f"
+          echo "$sum  $R/cache/$f" | sha256sum -c -
+          echo "$sum" > "$R/cache/$f.verified"
+        done
+        rm -rf "$R/stage"; echo "export MINITORCH_SPEC_CACHE=$R/cache";;
 esac
 SH
     echo "$(wc -l < .stage/p/manifest) pieces of $(( psize / 1048576 )) MiB in .stage/p (tree $tree bytes)" ;;
