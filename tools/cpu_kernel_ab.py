@@ -41,18 +41,8 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "span512": [("SPAN = 256", "SPAN = 512")],
     "span1024": [("SPAN = 256", "SPAN = 1024")],
 }
-_LOOP_OLD = """        for r0 in range(0, rows, 16):
-            rr = min(16, rows - r0)
-            for b0 in range(0, nb, bstep):
-                b1 = min(b0 + bstep, nb)
-"""
-_LOOP_NEW = """        for b0 in range(0, nb, bstep):
-            b1 = min(b0 + bstep, nb)
-            for r0 in range(0, rows, RG):
-                rr = min(RG, rows - r0)
-"""
-for _g in (2, 4, 8):  # rows in groups of _g, each group over a span of inputs while its codes are in L1
-    VARIANTS[f"rg{_g}"] = [(_LOOP_OLD, _LOOP_NEW), ("SPAN = 256", f"SPAN = 256\nRG = {_g}")]
+VARIANTS["one16"] = [("step = 16 if rows < SPLIT_ROWS else ROW_GROUP", "step = 16")]  # every call's rows in one body
+VARIANTS["rg8"] = [("ROW_GROUP = 16 if host_avx512() else 4", "ROW_GROUP = 8")]  # groups of 8 rows
 
 
 def write_variant(name: str, folder: Path) -> str:
@@ -75,6 +65,7 @@ def main() -> None:
     p.add_argument("--rows", default="1,5")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--step", action="store_true", help="time whole forwards of the model (1 and 5 rows) instead")
+    p.add_argument("--prefill", type=int, default=0, help="time the model's int8 prefill of this many tokens instead")
     p.add_argument("--forms", action="store_true",
                    help="A/B the int8-code form of the 6-bit weights against the 6-bit form (the kernels as committed)")
     args = p.parse_args()
@@ -93,6 +84,8 @@ def main() -> None:
         layers, head = stack.layers, stack.head
     if args.step:
         return steps(m, names, mods, args.rounds)
+    if args.prefill:
+        return prefills(m, names, mods, args.rounds, args.prefill)
     classes = {n: [getattr(lw, n) for lw in layers] for n in ("q", "k", "v", "o", "gate", "up", "down")}
     classes["head"] = [head]
     rng = np.random.default_rng(0)
@@ -174,6 +167,33 @@ def steps(m, names: list[str], mods: list, rounds: int) -> None:
         base = np.array(r[names[0]])
         print(f"{mode} forward of {rows} row(s): " + "; ".join(
             f"{n} {np.median(r[n]) * 1e3:.1f} ms x{np.median(base / np.array(r[n])):.3f}" for n in names), flush=True)
+
+
+def prefills(m, names: list[str], mods: list, rounds: int, n: int) -> None:
+    """The model's prefill of n random tokens in int8 mode (its products MAX_ROWS rows a call) with each variant's
+    kernels, alternating, one untimed round first; a variant that changes the last row's logits stops the run."""
+    from minitorch.cpu import packed as fp
+
+    fp.set_activations("int8")
+    prompt = [int(i) for i in np.random.default_rng(1).integers(100, 20000, n)]
+    res: dict[str, list[float]] = {k: [] for k in names}
+    ref = None
+    with minitorch.no_grad():
+        for rnd in range(rounds + 1):
+            for k, mod in (list(zip(names, mods)) if rnd % 2 else list(zip(names, mods))[::-1]):
+                fp.packed_rows, fp.packed_rows_q8 = mod.packed_rows, mod.packed_rows_q8
+                cache = m.new_cache(n + 8)
+                t = time.perf_counter()
+                out = m(prompt, cache).to_numpy()[-1]
+                if rnd:
+                    res[k].append(time.perf_counter() - t)
+                if ref is None:
+                    ref = out
+                elif not np.array_equal(ref, out):
+                    raise SystemExit(f"{k} changed the logits")
+    base = np.array(res[names[0]])
+    print(f"int8 prefill of {n} tokens: " + "; ".join(
+        f"{k} {np.median(res[k]):.2f} s x{np.median(base / np.array(res[k])):.3f}" for k in names), flush=True)
 
 
 def form_states(m) -> dict[str, list]:
