@@ -21,7 +21,8 @@ from minitorch.models.gguf_packed import pack_raw  # noqa: E402
 from test_models_packed import random_blocks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = [("Q4_K", 1), ("Q4_K", 5), ("Q6_K", 1), ("Q6_K", 5), ("Q5_K", 3)]
+# 11 and 16 rows: on the AVX2 side in groups of 4 (packed.py ROW_GROUP), on an AVX-512 host in one body
+CASES = [("Q4_K", 1), ("Q4_K", 5), ("Q4_K", 11), ("Q6_K", 1), ("Q6_K", 5), ("Q6_K", 16), ("Q5_K", 3)]
 SCRIPT = """
 import sys
 import numpy as np

@@ -1,5 +1,5 @@
 #!/bin/bash
-# stop 60: one GPU sitting as a queue of jobs. Each device call runs `bash docs/results/gpu_sitting60/sitting.sh`;
+# stop 60: one GPU sitting as a queue of jobs. Each device call runs `bash docs/results/h100_head_and_0p5b/sitting.sh`;
 # jobs already done on this machine (/root/done/NAME) are skipped, an interrupted Spec-Bench run resumes from its
 # JSONL, and each call packs what it finished into $OUT/sitting_<t>.tgz (logs, JSONL, summaries).
 set -u
@@ -12,10 +12,10 @@ job() { local name=$1 t=$2; shift 2; local l; l=$(left)
   if [ "$l" -lt 40 ]; then log "$name skipped (time)"; return; fi
   [ "$t" -gt "$l" ] && t=$l
   log "$name (timeout ${t}s)"
-  timeout "$t" "$@" >> "$W/$name.log" 2>&1; local rc=$?; echo "rc=$rc" >> "$W/$name.log"
+  timeout "$t" bash -c "$(declare -f sb); W=$W; \"\$@\"" _ "$@" >> "$W/$name.log" 2>&1; local rc=$?; echo "rc=$rc" >> "$W/$name.log"
   [ $rc -eq 0 ] && touch /root/done/$name
   grep -E "speedup|^spec |^target |passed|failed|rc=|Error|acceptance by|identical" "$W/$name.log" | cut -c1-300 | tail -8; }
-sb() { local name=$1; shift; local f=$W/$name.jsonl
+sb() { local name=$1; shift; local f=$W/$name.jsonl  # a function: job runs it through bash -c
   python3 project/benchmark_specbench.py --backend cuda --no-plots --no-progress -o $f $( [ -s $f ] && echo --resume ) "$@" \
     && python3 project/benchmark_specbench.py summary $f > $W/$name.summary.txt 2>&1 && tail -30 $W/$name.summary.txt; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
