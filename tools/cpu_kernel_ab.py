@@ -42,7 +42,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "span1024": [("SPAN = 256", "SPAN = 1024")],
 }
 VARIANTS["one16"] = [("step = 16 if rows < SPLIT_ROWS else ROW_GROUP", "step = 16")]  # every call's rows in one body
-VARIANTS["rg8"] = [("ROW_GROUP = 16 if host_avx512() else 4", "ROW_GROUP = 8")]  # groups of 8 rows
+VARIANTS["group8"] = [("ROW_GROUP = 16 if host_avx512() else 4", "ROW_GROUP = 8")]  # groups of 8 rows
 
 
 def write_variant(name: str, folder: Path) -> str:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/stage_target.sh on|off|split: the offline target (the 1.5B GGUF alone: the head's work needs no 0.5B) onto a
+# tools/stage_target.sh on|off|split: the offline target's GGUF (and with WITH_DRAFT=1 the 0.5B's) onto a
 # lent GPU machine in as few calls as the 64 MiB a call allows. A call carries the whole tracked tree plus one piece,
 # so the tree's size sets the number of calls: the full tree (~47 MB) leaves 17 MiB a piece, 61 calls; without the
 # folders a staging call does not need (heads/, data/chat/, data/selfmath/, data/gsm8k/generated/, docs/: ~41 MB) a

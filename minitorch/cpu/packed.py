@@ -116,14 +116,15 @@ def _isa() -> set[str]:
     return have
 
 
-# Calls of SPLIT_ROWS rows or more (a prefill's chunks of MAX_ROWS, wide verifies) take their rows ROW_GROUP at a time,
-# each group over the whole tile: without AVX-512 a body of 8 or 16 rows keeps more partial sums than the 16 ymm
+# Calls of SPLIT_ROWS rows or more (a prefill's chunks of MAX_ROWS, wide verifies) take their rows ROW_GROUP at a
+# time, each group over the whole tile: without AVX-512 a body of 8 or 16 rows keeps more partial sums than the 16 ymm
 # registers hold and spills them every input, while the codes a second group reads again come from L2. The row count
 # of a body never changes a row's bits (every row is its own computation). Against one body for all rows (the 2-core
-# Zen 3 box, the real 1.5B's products, `python tools/cpu_kernel_ab.py --variants base,rs4 --rows 4,8,16`, variants
-# alternating per round, same results): int8 activations, 16 rows gate / down / LM head 1.29x / 1.34x / 1.40x, 8 rows
-# 1.21x / 1.06x / 0.96x; float32, 16 rows 1.87x / 1.74x, 8 rows 1.60x / 1.39x, but 5 rows as 4 + 1 0.82x / 0.71x
-# (so fewer than SPLIT_ROWS rows stay one body). With AVX-512's 32 zmm registers the bodies are left as they were.
+# Zen 3 box, the real 1.5B's products, variants alternating per round, same results;
+# docs/results/cpu_zen3_row_groups/, now `python tools/cpu_kernel_ab.py --variants one16,base --rows 5,8,16`, one16
+# being the single body): int8 activations, 16 rows gate / down / LM head 1.29x / 1.34x / 1.40x, 8 rows 1.21x / 1.06x
+# / 0.96x; float32, 16 rows 1.87x / 1.74x, 8 rows 1.60x / 1.39x, but 5 rows as 4 + 1 0.82x / 0.71x (so fewer than
+# SPLIT_ROWS rows stay one body). With AVX-512's 32 zmm registers the bodies are left as they were.
 SPLIT_ROWS = 8
 ROW_GROUP = 16 if host_avx512() else 4
 
