@@ -11,4 +11,5 @@ job math500_head 100 python3 project/benchmark_limo.py --dataset math500 $B -o $
 job sb_tree_all 560 sb sb_tree_all --draft-tree 3,6,15             # all 480 with the tree that led on GSM8K
 job sb_model_10 300 sb sb_model_10 --drafter model --per-category 10     # the 0.5B, first 10 of each category
 job sb_head_10_t06 300 sb sb_head_10_t06 --per-category 10 --temperature 0.6
+job sb_model_all 470 sb sb_model_all --drafter model                # the 0.5B on all 480, while time is left
 pack
