@@ -127,6 +127,14 @@ def _isa() -> set[str]:
 # SPLIT_ROWS rows stay one body). With AVX-512's 32 zmm registers the bodies are left as they were.
 SPLIT_ROWS = 8
 ROW_GROUP = 16 if host_avx512() else 4
+# The int8 mode's fold of a block of 6-bit or 8-bit codes (Q6_K: 16 inputs a block; its int8-code form must give
+# the same bits) into the accumulator: acc + (scale * xd) * float(isum) - offset * xs as two fmas (FOLD_FMA) rather
+# than acc + (scale * (xd * float(isum)) - offset * xs), four multiplies and adds: the same definition to float32
+# rounding (tests/test_packed_int8.py), fewer instructions a row and block. 2-core Zen 3, the real 1.5B's products,
+# `python tools/cpu_kernel_ab.py --variants base,xsep --rows 1,4 --rounds 12 --classes gate,up,down,head`
+# (docs/results/cpu_zen3_fold/): the 6-bit down / LM head at 4 rows 1.15x / 1.34x faster, at 1 row 1.02x; the
+# 4-bit gate and up were 1.01-1.03x slower with it, so 4-bit codes keep the old form.
+FOLD_FMA = True
 
 
 def _chunks(rows: int, wide: bool = True) -> int:
@@ -239,6 +247,7 @@ def _tile_codegen(act: str, bits: int):
         vzero_i = ir.Constant(_VI, None)
         has_off_b = builder.icmp_signed("!=", has_off, c(0))
         acc_ty = _VF if act == "f32" else _VI
+        fma_fold = FOLD_FMA and act == "i8" and bits in (6, 8)  # 8: the 6-bit codes' int8-code form, the same bits
 
         def splat(v, vty):
             u = builder.insert_element(ir.Constant(vty, ir.Undefined), v, ir.Constant(_I32, 0))
@@ -430,7 +439,7 @@ def _tile_codegen(act: str, bits: int):
                     scale = [builder.fmul(_vload(builder, ptr["d"], builder.add(db, c(16 * j)), _VF),
                                           builder.sitofp(_vload(builder, ptr["sc"], builder.add(sb, c(16 * j)), _VB, 1), _VF))
                              for j in range(C)]
-                    parts = []
+                    parts, xds = [], []
                     for r in range(R):
                         xsb = builder.load(builder.gep(ptr["xs"], [builder.add(srow[r], b)]))
                         if act == "f32":
@@ -444,7 +453,11 @@ def _tile_codegen(act: str, bits: int):
                                 corr = builder.mul(builder.load(builder.gep(ptr["xqs"], [builder.add(srow[r], b)])),
                                                    ir.Constant(_I32, 128 if bits == 8 else 32))
                                 isums = [builder.sub(v, splat(corr, _VI)) for v in isums]
-                            parts.append([builder.fmul(xdb, builder.sitofp(v, _VF)) for v in isums])
+                            if fma_fold:
+                                parts.append([builder.sitofp(v, _VF) for v in isums])
+                                xds.append(xdb)
+                            else:
+                                parts.append([builder.fmul(xdb, builder.sitofp(v, _VF)) for v in isums])
                         parts[r].append(xsb)
 
                     def fold(offsets):
@@ -452,6 +465,13 @@ def _tile_codegen(act: str, bits: int):
                             xsv = splat(parts[r][C], _VF)
                             for j in range(C):
                                 ao = builder.add(arow[r], builder.add(lane0, c(16 * j)))
+                                if fma_fold:  # acc + (scale * xd) * isum - offset * xs, two fmas
+                                    a = builder.call(fma_v, [builder.fmul(scale[j], xds[r]), parts[r][j],
+                                                             _vload(builder, ptr["acc"], ao, _VF)])
+                                    if offsets is not None:
+                                        a = builder.call(fma_v, [builder.fneg(offsets[j]), xsv, a])
+                                    _vstore(builder, a, ptr["acc"], ao)
+                                    continue
                                 term = builder.fmul(scale[j], parts[r][j])
                                 if offsets is not None:
                                     term = builder.fsub(term, builder.fmul(offsets[j], xsv))
@@ -463,8 +483,9 @@ def _tile_codegen(act: str, bits: int):
                                                builder.sitofp(_vload(builder, ptr["m"], builder.add(sb, c(16 * j)), _VB, 1), _VF))
                                   for j in range(C)])
                         with otherwise:
-                            # float mode: acc += scale * part; int8 mode keeps its offset term with offset 0
-                            fold(None if act == "f32" else [vzero_f] * C)
+                            # float mode: acc += scale * part; int8 mode keeps its offset term with offset 0 (the two
+                            # fmas: none)
+                            fold(None if act == "f32" or fma_fold else [vzero_f] * C)
 
         done = builder.append_basic_block("tile.done")
         sw = builder.switch(rows, done)
