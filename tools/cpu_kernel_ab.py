@@ -44,10 +44,10 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 VARIANTS["one16"] = [("step = 16 if rows < SPLIT_ROWS else ROW_GROUP", "step = 16")]  # every call's rows in one body
 VARIANTS["group8"] = [("ROW_GROUP = 16 if host_avx512() else 4", "ROW_GROUP = 8")]  # groups of 8 rows
 # Probes (a name starting with "x": timing only, their results differ by construction, so no bit check).
-# xnofold: the int8 mode's integer sums stored as they are, without the float fold of each block (its converts,
-# scale loads and multiplies, the accumulator's load and add): what the fold costs
-# xsep: the int8 fold as it was before FOLD_FMA (separate multiplies and adds; other rounding, so a probe)
-VARIANTS["xsep"] = [("FOLD_FMA = True", "FOLD_FMA = False")]
+# xsep: the int8 fold of 6-bit and 8-bit blocks as it was before its fmas (separate multiplies and adds, as 4-bit
+# blocks still fold; other rounding, so a probe)
+_FMA = 'fma_fold = act == "i8" and bits in (6, 8)'
+VARIANTS["xsep"] = [(_FMA, "fma_fold = False")]
 # xnoscale: the fold with constant scales (no loads of sc, d, m, dmin): what reading the scales costs
 VARIANTS["xnoscale"] = [
     ("""    scale = [builder.fmul(_vload(builder, ptr["d"], builder.add(db, c(16 * j)), _VF),""",
@@ -63,7 +63,9 @@ VARIANTS["xnoscale"] = [
 # xnoacc: the fold without reading the accumulator (stores the term): what the accumulator's load and add cost
 VARIANTS["xnoacc"] = [("_vstore(builder, builder.fadd(_vload(builder, ptr[\"acc\"], ao, _VF), term), ptr[\"acc\"], ao)",
                        "_vstore(builder, term, ptr[\"acc\"], ao)")]
-VARIANTS["xnofold"] = [("FOLD_FMA = True", "FOLD_FMA = False"),
+# xnofold: the int8 mode's integer sums stored as they are, without the float fold of each block (its converts,
+# scale loads and multiplies, the accumulator's load and add): what the fold costs
+VARIANTS["xnofold"] = [(_FMA, "fma_fold = False"),
     ("parts.append([builder.fmul(xdb, builder.sitofp(v, _VF)) for v in isums])",
      "parts.append([builder.bitcast(v, _VF) for v in isums])"),
     ("                                term = builder.fmul(scale[j], parts[r][j])\n",

@@ -127,15 +127,6 @@ def _isa() -> set[str]:
 # SPLIT_ROWS rows stay one body). With AVX-512's 32 zmm registers the bodies are left as they were.
 SPLIT_ROWS = 8
 ROW_GROUP = 16 if host_avx512() else 4
-# The int8 mode's fold of a block of 6-bit or 8-bit codes (Q6_K: 16 inputs a block; its int8-code form must give
-# the same bits) into the accumulator: acc + (scale * xd) * float(isum) - offset * xs as two fmas (FOLD_FMA) rather
-# than acc + (scale * (xd * float(isum)) - offset * xs), three multiplies, a subtract and an add: the same definition
-# to float32 rounding (tests/test_packed_int8.py), fewer instructions a row and block. 2-core Zen 3, the real 1.5B's
-# products, `python tools/cpu_kernel_ab.py --variants base,xsep --rows 1,4 --rounds 12 --classes gate,up,down,head`
-# (docs/results/cpu_zen3_fold/): down (half its layers 6-bit) / the LM head (6-bit) at 4 rows 1.15x / 1.34x faster,
-# at 1 row 1.02x; the 4-bit gate and up were 1.01-1.03x slower with it, so 4-bit codes keep the old form. A whole
-# int8 forward of 5 rows (a verify) 1.19x faster, of 1 row 1.05x (`--step`).
-FOLD_FMA = True
 
 
 def _chunks(rows: int, wide: bool = True) -> int:
@@ -248,7 +239,15 @@ def _tile_codegen(act: str, bits: int):
         vzero_i = ir.Constant(_VI, None)
         has_off_b = builder.icmp_signed("!=", has_off, c(0))
         acc_ty = _VF if act == "f32" else _VI
-        fma_fold = FOLD_FMA and act == "i8" and bits in (6, 8)  # 8: the 6-bit codes' int8-code form, the same bits
+        # The int8 mode's fold of a block of 6-bit or 8-bit codes (Q6_K: 16 inputs a block; its int8-code form must give
+        # the same bits) into the accumulator: acc + (scale * xd) * float(isum) - offset * xs as two fmas rather than
+        # acc + (scale * (xd * float(isum)) - offset * xs), three multiplies, a subtract and an add: the same definition
+        # to float32 rounding (tests/test_packed_int8.py), fewer instructions a row and block. 2-core Zen 3, the real
+        # 1.5B's products (docs/results/cpu_zen3_fold/; the old fold is the tool's probe `xsep`): down (half its
+        # layers 6-bit) / the LM head (6-bit) at 4 rows 1.15x / 1.34x faster, at 1 row 1.02x; a whole int8 forward of 5
+        # rows (a verify) 1.19x, of 1 row 1.05x (`--step`). The 4-bit gate and up were 1.01-1.03x slower with the fmas,
+        # so 4-bit codes keep the old form.
+        fma_fold = act == "i8" and bits in (6, 8)
 
         def splat(v, vty):
             u = builder.insert_element(ir.Constant(vty, ir.Undefined), v, ir.Constant(_I32, 0))
