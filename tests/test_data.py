@@ -106,24 +106,19 @@ def _evaluation_questions() -> set[str]:
     return out
 
 
-# folder -> fewest user turns it holds: data/chat (requests of 11 kinds and Magpie's, two turns)
-GENERAL_TEXT = {"chat": 10000}
-
-
-@pytest.mark.parametrize("folder", GENERAL_TEXT)
-def test_the_general_training_text_holds_no_evaluation_question(folder):
-    """data/chat's and data/texts' requests and every user turn of their answers (the general text a draft head trains
-    on) against the evaluation files read directly; each answer answers a kept request of its folder's files."""
+def test_the_general_training_text_holds_no_evaluation_question():
+    """data/chat's requests and every user turn of its answers (the general text a draft head trains on) against the
+    evaluation files read directly; each answer answers a kept request of its round's file."""
     evaluation = _evaluation_questions()
     assert len(evaluation) > 2300  # GSM8K test's 1,319, MATH-500's 500, Spec-Bench's 480 questions' turns at least
     requests, users = set(), []
-    for f in sorted((DATA / folder).glob("requests_*.jsonl.gz")):
+    for f in sorted((DATA / "chat").glob("requests_*.jsonl.gz")):
         requests |= {_fold(r["question"]) for r in map(json.loads, gzip.open(f, "rt")) if r["question"]}
-    for f in sorted((DATA / folder).glob("answers_*.jsonl.gz")):
+    for f in sorted((DATA / "chat").glob("answers_*.jsonl.gz")):
         for r in map(json.loads, gzip.open(f, "rt")):
             turns = [m["content"] for m in r["messages"] if m["role"] == "user"]
             assert _fold(turns[0]) == _fold(r["question"]) and _fold(r["question"]) in requests
             users += [_fold(t) for t in turns]
-    assert len(users) > GENERAL_TEXT[folder]
+    assert len(users) > 10000
     assert not set(users) & evaluation, sorted(set(users) & evaluation)[:3]
     assert not requests & evaluation

@@ -79,8 +79,9 @@ def build_parser(bench: BenchSpec) -> argparse.ArgumentParser:
                    help="also run transformers greedy and assisted generation on the same prompts (needs torch)")
     r.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="time each generation N times, a problem's modes alternating which runs first, and keep the "
-                        "median run's record (of an even count the faster middle one: with 2, the faster run; every "
-                        "run's seconds in time_s_runs): per-problem speedups on a machine whose speed drifts (default 1; one at a time, not with --batch or --ray)")
+                        "median run's record (of an even count the faster of the middle two: of 2, the faster; "
+                        "every run's seconds in time_s_runs): per-problem speedups on a machine whose speed drifts "
+                        "(default 1; one at a time, not with --batch or --ray)")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_batch_args(r)

@@ -253,8 +253,8 @@ def format_table(summary: Mapping[str, Any]) -> str:
                          f"{c['below_095']} of {len(c['per_problem'])} below 0.95x")
     spread = summary.get("repeats")
     if spread:
-        kept = "the faster run kept" if spread["runs"] == 2 else "its median run kept"
-        lines.append(f"timing: each generation run {spread['runs']} times, {kept}; slowest over fastest "
+        lines.append(f"timing: each generation run {spread['runs']} times, its median run kept (of an even count the "
+                     f"faster of the middle two); slowest over fastest "
                      f"run of a generation: median {spread['median_spread']:.3f}, largest {spread['max_spread']:.3f}")
     for mode, m in summary["modes"].items():
         split = m.get("time_split")
