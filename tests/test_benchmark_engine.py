@@ -68,6 +68,27 @@ def test_summary_accuracy_speed_and_table():
     json.dumps(s)  # JSON-serialisable
 
 
+def test_summary_gives_each_repeat_run_alone():
+    """--repeats: run k of both modes alone, as a benchmark that timed once would have seen each problem."""
+    def rec(i, mode, tokens, runs):
+        return dict(_rec(i, mode, tokens, sorted(runs)[(len(runs) - 1) // 2]), time_s_runs=runs)
+    recs = [rec(0, "spec", 100, [1.0, 2.0]), rec(0, "target", 100, [2.0, 1.8]),   # run 1: 2.0x, run 2: 0.9x
+            rec(1, "spec", 60, [1.0, 1.0]), rec(1, "target", 60, [0.8, 1.3]),    # run 1: 0.8x, run 2: 1.3x
+            rec(2, "spec", 50, [1.0, 1.0]), rec(2, "target", 40, [1.0, 1.0])]    # 1.25x both (tokens differ)
+    runs = summarize(recs, n_boot=50)["comparisons"][0]["by_run"]
+    assert [r["run"] for r in runs] == [1, 2]
+    assert runs[0]["below_095"] == 1 and runs[0]["lowest_per_problem"] == pytest.approx(0.8)
+    assert runs[0]["median_per_problem"] == pytest.approx(1.25)
+    assert runs[1]["below_095"] == 1 and runs[1]["lowest_per_problem"] == pytest.approx(0.9)
+    assert runs[1]["median_per_problem"] == pytest.approx(1.25)
+    assert "run 1 median 1.25x, 1 below 0.95x (lowest 0.800x); run 2 median 1.25x, 1 below 0.95x" in \
+        format_table(summarize(recs, n_boot=50))
+    # one timing a generation (no --repeats), or a pair missing its runs: no by-run figures
+    assert "by_run" not in summarize([_rec(0, "spec", 10, 1.0), _rec(0, "target", 10, 1.0)], n_boot=20)["comparisons"][0]
+    assert "by_run" not in summarize(recs[:2] + [_rec(1, "spec", 60, 1.0), _rec(1, "target", 60, 1.0)],
+                                     n_boot=20)["comparisons"][0]
+
+
 def test_time_split_sums_the_engine_timers_over_wall_seconds():
     a, b = _rec(0, "spec", 100, 2.0), _rec(1, "spec", 100, 2.0)
     a["stats"] = {"time_prefill": 0.2, "time_draft": 1.0, "time_verify": 0.6}

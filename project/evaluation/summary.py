@@ -163,7 +163,7 @@ def _comparison(records: Sequence[Mapping[str, Any]], fast: str, base: str,
     predicted = [f.get("predicted_speedup") for f, _ in pairs]
     cost_model = [cost_model_speedup(f.get("stats") or {}, b.get("stats") or {}) for f, b in pairs]
     cost_model = [c for c in cost_model if c is not None]
-    return {
+    out = {
         "fast": fast, "base": base, "n_pairs": len(pairs),
         "speedup": point, "ci95": [lo, hi],
         "median_per_problem": statistics.median(per_problem) if per_problem else None,
@@ -177,6 +177,28 @@ def _comparison(records: Sequence[Mapping[str, Any]], fast: str, base: str,
         "identical_outputs": sum(f["text"] == b["text"] for f, b in pairs),
         "same_grade": sum(f["correct"] == b["correct"] for f, b in pairs),
     }
+    by_run = _runs_alone(pairs)
+    if by_run:
+        out["by_run"] = by_run
+    return out
+
+
+def _runs_alone(pairs: Sequence[tuple[Mapping, Mapping]]) -> list[dict[str, Any]]:
+    """With --repeats: run k of each mode alone (the k-th timing of both, as a benchmark that timed once would have
+    seen it): its median per-problem speedup, lowest and count below 0.95x, for k = 1 .. the fewest runs a pair has.
+    [] when a pair lacks time_s_runs. The kept figures (the median run) sit between these; their spread is the
+    machine's noise at this threshold."""
+    runs = [(f.get("time_s_runs") or [], b.get("time_s_runs") or []) for f, b in pairs]
+    k_max = min((min(len(a), len(b)) for a, b in runs), default=0)
+    if k_max < 2:
+        return []
+    out = []
+    for k in range(k_max):
+        per = [(f["generated_tokens"] / max(a[k], 1e-12)) / (b["generated_tokens"] / max(c[k], 1e-12))
+               for (f, b), (a, c) in zip(pairs, runs) if b["generated_tokens"] > 0]
+        out.append({"run": k + 1, "median_per_problem": statistics.median(per), "lowest_per_problem": min(per),
+                    "below_095": sum(x < 0.95 for x in per)})
+    return out
 
 
 def summarize(records: Sequence[Mapping[str, Any]], n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
@@ -219,7 +241,7 @@ def _category(records: Sequence[Mapping[str, Any]], category: str, n_boot: int, 
     out["comparisons"] = [c for f, b in COMPARISONS if f in modes and b in modes
                           for c in [_comparison(rs, f, b, n_boot, seed)] if c is not None]
     for c in out["comparisons"]:
-        c.pop("per_problem", None), c.pop("predicted_per_problem", None)
+        c.pop("per_problem", None), c.pop("predicted_per_problem", None), c.pop("by_run", None)
     return out
 
 
@@ -251,6 +273,10 @@ def format_table(summary: Mapping[str, Any]) -> str:
         if c.get("lowest_per_problem") is not None:
             lines.append(f"per problem {c['fast']} / {c['base']}: lowest {c['lowest_per_problem']:.3f}x, "
                          f"{c['below_095']} of {len(c['per_problem'])} below 0.95x")
+        if c.get("by_run"):
+            lines.append("each run alone (run k of both modes): " + "; ".join(
+                f"run {r['run']} median {r['median_per_problem']:.2f}x, {r['below_095']} below 0.95x (lowest "
+                f"{r['lowest_per_problem']:.3f}x)" for r in c["by_run"]))
     spread = summary.get("repeats")
     if spread:
         lines.append(f"timing: each generation run {spread['runs']} times, its median run kept (of an even count the "
