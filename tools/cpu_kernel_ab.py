@@ -43,6 +43,13 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 }
 VARIANTS["one16"] = [("step = 16 if rows < SPLIT_ROWS else ROW_GROUP", "step = 16")]  # every call's rows in one body
 VARIANTS["group8"] = [("ROW_GROUP = 16 if host_avx512() else 4", "ROW_GROUP = 8")]  # groups of 8 rows
+# lane chunks a body takes at once by its row count (_chunks; docs/results/cpu_zen3_specbench_10_run3/kernel_*.log:
+# 3 rows at 2 chunks ran 1.02-1.12x on 3-row products, within the box's spread of the unchanged 2-row lines, 0.95-0.99x;
+# not adopted). At 4 chunks 3 rows keep 3 x 4 x 2 = 24 int32 sums of two ymm each, more than AVX2's 16 registers
+_CH = "c = 8 if rows == 1 else 4 if rows <= 3 else 2 if rows <= 7 else 1"
+VARIANTS["c2r23"] = [(_CH, "c = 8 if rows == 1 else 2 if rows <= 3 else 2 if rows <= 7 else 1")]
+VARIANTS["c2r3"] = [(_CH, "c = 8 if rows == 1 else 4 if rows <= 2 else 2 if rows <= 7 else 1")]
+VARIANTS["c1r47"] = [(_CH, "c = 8 if rows == 1 else 4 if rows <= 3 else 1")]
 # Probes (a name starting with "x": timing only, their results differ by construction, so no bit check).
 # xsep: the int8 fold of 6-bit and 8-bit blocks as it was before its fmas (separate multiplies and adds, as 4-bit
 # blocks still fold; other rounding, so a probe)
