@@ -186,8 +186,9 @@ def _comparison(records: Sequence[Mapping[str, Any]], fast: str, base: str,
 def _runs_alone(pairs: Sequence[tuple[Mapping, Mapping]]) -> list[dict[str, Any]]:
     """With --repeats: run k of each mode alone (the k-th timing of both, as a benchmark that timed once would have
     seen it): its median per-problem speedup, lowest and count below 0.95x, for k = 1 .. the fewest runs a pair has.
-    [] when a pair lacks time_s_runs. The kept figures (the median run) sit between these; their spread is the
-    machine's noise at this threshold."""
+    [] when a pair lacks time_s_runs. The kept figures pair each mode's median run, which need not be the same run;
+    how far the runs alone spread is the machine's noise at this threshold. A run's tokens are taken as the kept
+    record's (--repeats checks that every run wrote the same text: repeats_identical)."""
     runs = [(f.get("time_s_runs") or [], b.get("time_s_runs") or []) for f, b in pairs]
     k_max = min((min(len(a), len(b)) for a, b in runs), default=0)
     if k_max < 2:
