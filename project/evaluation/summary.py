@@ -166,9 +166,7 @@ def _comparison(records: Sequence[Mapping[str, Any]], fast: str, base: str,
     out = {
         "fast": fast, "base": base, "n_pairs": len(pairs),
         "speedup": point, "ci95": [lo, hi],
-        "median_per_problem": statistics.median(per_problem) if per_problem else None,
-        "lowest_per_problem": min(per_problem) if per_problem else None,
-        "below_095": sum(x < 0.95 for x in per_problem),  # problems slower than 0.95x (issue 43's floor)
+        **_per_problem_figures(per_problem),
         "per_problem": per_problem,
         "predicted_per_problem": predicted,
         "predicted_mean": statistics.fmean(p for p in predicted if p is not None)
@@ -197,9 +195,15 @@ def _runs_alone(pairs: Sequence[tuple[Mapping, Mapping]]) -> list[dict[str, Any]
     for k in range(k_max):
         per = [(f["generated_tokens"] / max(a[k], 1e-12)) / (b["generated_tokens"] / max(c[k], 1e-12))
                for (f, b), (a, c) in zip(pairs, runs) if b["generated_tokens"] > 0]
-        out.append({"run": k + 1, "median_per_problem": statistics.median(per), "lowest_per_problem": min(per),
-                    "below_095": sum(x < 0.95 for x in per)})
+        out.append({"run": k + 1, **_per_problem_figures(per)})
     return out
+
+
+def _per_problem_figures(per: Sequence[float]) -> dict[str, Any]:
+    """The median and lowest per-problem speedup and how many problems ran below 0.95x (issue 43's floor)."""
+    return {"median_per_problem": statistics.median(per) if per else None,
+            "lowest_per_problem": min(per) if per else None,
+            "below_095": sum(x < 0.95 for x in per)}
 
 
 def summarize(records: Sequence[Mapping[str, Any]], n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
