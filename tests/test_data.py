@@ -107,18 +107,24 @@ def _evaluation_questions() -> set[str]:
 
 
 def test_the_general_training_text_holds_no_evaluation_question():
-    """data/chat's requests and every user turn of its answers (the general text a draft head trains on) against the
-    evaluation files read directly; each answer answers a kept request of its round's file."""
+    """data/chat's and data/texts' requests and every user turn of their answers (the general text a draft head
+    trains on) against the evaluation files read directly; each answer answers a kept request of its folder."""
     evaluation = _evaluation_questions()
     assert len(evaluation) > 2300  # GSM8K test's 1,319, MATH-500's 500, Spec-Bench's 480 questions' turns at least
+    for folder, least in (("chat", 10000), ("texts", 4000)):
+        _check_general_text(DATA / folder, evaluation, least)
+
+
+def _check_general_text(folder, evaluation: set[str], least: int) -> None:
+    """One folder of general text: its kept requests and its answers' user turns hold no evaluation question."""
     requests, users = set(), []
-    for f in sorted((DATA / "chat").glob("requests_*.jsonl.gz")):
+    for f in sorted(folder.glob("requests_*.jsonl.gz")):
         requests |= {_fold(r["question"]) for r in map(json.loads, gzip.open(f, "rt")) if r["question"]}
-    for f in sorted((DATA / "chat").glob("answers_*.jsonl.gz")):
+    for f in sorted(folder.glob("answers_*.jsonl.gz")):
         for r in map(json.loads, gzip.open(f, "rt")):
             turns = [m["content"] for m in r["messages"] if m["role"] == "user"]
             assert _fold(turns[0]) == _fold(r["question"]) and _fold(r["question"]) in requests
             users += [_fold(t) for t in turns]
-    assert len(users) > 10000
+    assert len(users) > least, (folder, len(users))
     assert not set(users) & evaluation, sorted(set(users) & evaluation)[:3]
     assert not requests & evaluation
