@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tools/stage_target.sh on|off|split: the offline target's GGUF (and with WITH_DRAFT=1 the 0.5B's) onto a
 # lent GPU machine in as few calls as the 64 MiB a call allows. A call carries the whole tracked tree plus one piece,
-# so the tree's size sets the number of calls: the full tree (~47 MB) leaves 17 MiB a piece, 61 calls; without the
-# folders a staging call does not need (heads/, data/chat/, data/selfmath/, data/gsm8k/generated/, docs/: ~41 MB) a
+# so the tree's size sets the number of calls: the full tree (~60 MB) leaves under 5 MiB a piece, over 200 calls; without the
+# folders a staging call does not need (heads/, data/chat/, data/texts/, data/selfmath/, data/gsm8k/generated/, docs/: ~54 MB) a
 # piece is 56 MiB, 19 calls. Every call after a refused start is refused too (15 s of device time each), so fewer
 # calls is also less to lose.
 #
@@ -22,7 +22,7 @@
 #   reads data/chat) needs `off` first: a local bash call placed in the same message before it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SLIM=(heads data/chat data/selfmath data/gsm8k/generated docs)
+SLIM=(heads data/chat data/texts data/selfmath data/gsm8k/generated docs)
 EXCL=.git/info/exclude
 MARK="# stage_target.sh: hidden while staging"
 case "${1:-}" in
@@ -35,7 +35,11 @@ case "${1:-}" in
   off)
     grep -qxF "$MARK" "$EXCL" 2>/dev/null || { echo "not on" >&2; exit 1; }
     git reset -q -- "${SLIM[@]}"
-    awk -v m="$MARK" '$0 == m { skip = 1; next } skip && /^\// { next } { skip = 0; print }' "$EXCL" > "$EXCL.tmp"
+    # only the marker and the folders it hid: `split` appends /.stage/ after them, and dropping it too made the next
+    # call carry the pieces (over the 64 MiB a call takes; seen 2026-12-07)
+    awk -v m="$MARK" -v hid="$(printf '/%s/ ' "${SLIM[@]}")" \
+      'BEGIN { n = split(hid, h, " "); for (i = 1; i <= n; i++) skip[h[i]] = 1 }
+       $0 == m { on = 1; next } on && ($0 in skip) { next } { on = 0; print }' "$EXCL" > "$EXCL.tmp"
     mv "$EXCL.tmp" "$EXCL"
     git status --short | head -5 ;;
   split)  # WITH_DRAFT=1: the 0.5B draft model too (9 more pieces), for runs of `--drafter model`
