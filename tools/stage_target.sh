@@ -7,6 +7,10 @@
 # calls is also less to lose.
 #
 #   bash tools/stage_target.sh on      # those folders out of the index (git rm --cached) and hidden (.git/info/exclude)
+#   bash tools/stage_target.sh on docs data/chat   # only these: a work call's tree (+ .whl and the kernels, ~8 MB) must
+#                                      # stay under 64 MiB too; the whole tree (~60 MB) no longer does, so `off`, then
+#                                      # `on` with what that call does not read (a bench: docs data/chat data/texts
+#                                      # data/selfmath data/gsm8k/generated; a training: docs), `off` after
 #   bash tools/stage_target.sh split   # pieces of the GGUF in .stage/p sized to the tree as it is now; .stage/assemble.sh
 #   WITH_DRAFT=1 bash tools/stage_target.sh split   # the 0.5B draft model's GGUF too (~9 more pieces), for --drafter model
 #   ... the device calls (below) ...
@@ -26,18 +30,20 @@ SLIM=(heads data/chat data/texts data/selfmath data/gsm8k/generated docs)
 EXCL=.git/info/exclude
 MARK="# stage_target.sh: hidden while staging"
 case "${1:-}" in
-  on)
+  on)  # on [FOLDER...]: those folders (default SLIM), e.g. all but what one work call reads
     git diff --cached --quiet || { echo "the index has staged changes: commit or unstage them first" >&2; exit 1; }
-    grep -qxF "$MARK" "$EXCL" 2>/dev/null && { echo "already on" >&2; exit 1; }
-    git rm -r -q --cached "${SLIM[@]}"
-    { echo "$MARK"; for d in "${SLIM[@]}"; do echo "/$d/"; done; } >> "$EXCL"
-    echo "tracked tree now $(git ls-files -z | xargs -0 cat | wc -c) bytes; 'off' puts ${SLIM[*]} back" ;;
+    grep -q "^$MARK" "$EXCL" 2>/dev/null && { echo "already on" >&2; exit 1; }
+    shift; HIDE=("${@:-${SLIM[@]}}")
+    git rm -r -q --cached "${HIDE[@]}"
+    { echo "$MARK: ${HIDE[*]}"; for d in "${HIDE[@]}"; do echo "/$d/"; done; } >> "$EXCL"
+    echo "tracked tree now $(git ls-files -z | xargs -0 cat | wc -c) bytes; 'off' puts ${HIDE[*]} back" ;;
   off)
-    grep -qxF "$MARK" "$EXCL" 2>/dev/null || { echo "not on" >&2; exit 1; }
-    git reset -q -- "${SLIM[@]}"
+    line=$(grep "^$MARK" "$EXCL" 2>/dev/null) || { echo "not on" >&2; exit 1; }
+    read -r -a HIDE <<< "${line#"$MARK: "}"
+    git reset -q -- "${HIDE[@]}"
     # only the marker and the folders it hid: `split` appends /.stage/ after them, and dropping it too made the next
     # call carry the pieces (over the 64 MiB a call takes; seen 2026-12-07)
-    awk -v m="$MARK" -v hid="$(printf '/%s/ ' "${SLIM[@]}")" \
+    awk -v m="$line" -v hid="$(printf '/%s/ ' "${HIDE[@]}")" \
       'BEGIN { n = split(hid, h, " "); for (i = 1; i <= n; i++) skip[h[i]] = 1 }
        $0 == m { on = 1; next } on && ($0 in skip) { next } { on = 0; print }' "$EXCL" > "$EXCL.tmp"
     mv "$EXCL.tmp" "$EXCL"
