@@ -22,8 +22,12 @@
 # after a call ends; that day the next message of 21 calls arrived in time):
 #   carry [".stage/assemble.sh", ".stage/p/manifest", ".stage/p/NNN"], command `bash .stage/assemble.sh put NNN`;
 #   the last `bash .stage/assemble.sh put NNN && bash .stage/assemble.sh join` (checks the sha256); then the work
-#   calls (carry [".whl", "minitorch/cuda_kernels"]). A work call that reads the folders taken out (a training call
-#   reads data/chat) needs `off` first: a local bash call placed in the same message before it.
+#   calls (carry [".whl", "minitorch/cuda_kernels"]). A work call that reads the folders taken out names them in its
+#   carry too (carry takes ignored paths, 8 at most, within the 64 MiB): a training call [".whl",
+#   "minitorch/cuda_kernels", "heads", "data/chat", "data/texts", "data/selfmath", "data/gsm8k/generated"] (~53 MB with
+#   the tree), a bench of a head [".whl", "minitorch/cuda_kernels", "heads"] plus the head's folder; so every call of a
+#   sitting can go in one message with the staging still on. Or `off` first (a local bash call placed in the same
+#   message before it), with `on FOLDER...` for what that call does not read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SLIM=(heads data/chat data/texts data/selfmath data/gsm8k/generated docs)
