@@ -26,7 +26,7 @@
 #   carry too (carry takes ignored paths, 8 at most, within the 64 MiB): a training call [".whl",
 #   "minitorch/cuda_kernels", "heads", "data/chat", "data/texts", "data/selfmath", "data/gsm8k/generated"] (~53 MB with
 #   the tree), a bench of a head [".whl", "minitorch/cuda_kernels", "heads"] plus the head's folder; so every call of a
-#   sitting can go in one message with the staging still on. Or `off` first (a local bash call placed in the same
+#   sitting can go in one message with the staging still on (the device README says so; not yet tried here). Or `off` first (a local bash call placed in the same
 #   message before it), with `on FOLDER...` for what that call does not read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
