@@ -1,16 +1,14 @@
 #!/usr/bin/env bash
 # tools/stage_target.sh on|off|split: the offline target's GGUF (and with WITH_DRAFT=1 the 0.5B's) onto a
 # lent GPU machine in as few calls as the 64 MiB a call allows. A call carries the whole tracked tree plus one piece,
-# so the tree's size sets the number of calls: the full tree (~60 MB) leaves under 5 MiB a piece, over 200 calls; without the
-# folders a staging call does not need (heads/, data/chat/, data/texts/, data/selfmath/, data/gsm8k/generated/, docs/: ~54 MB) a
-# piece is 56 MiB, 19 calls. Every call after a refused start is refused too (15 s of device time each), so fewer
-# calls is also less to lose.
+# so the tree's size sets the number of calls: the full tree (~61 MB) leaves under 5 MiB a piece; without the folders a staging
+# call does not need (heads/, data/chat/, data/texts/, data/selfmath/, data/gsm8k/generated/, docs/: ~55 MB) a piece
+# is 56 MiB, 19 calls. Every call after a refused start is refused too (15 s of device time each), so fewer calls is
+# also less to lose.
 #
 #   bash tools/stage_target.sh on      # those folders out of the index (git rm --cached) and hidden (.git/info/exclude)
-#   bash tools/stage_target.sh on docs data/chat   # only these: a work call's tree (+ .whl and the kernels, ~8 MB) must
-#                                      # stay under 64 MiB too; the whole tree (~60 MB) no longer does, so `off`, then
-#                                      # `on` with what that call does not read (a bench: docs data/chat data/texts
-#                                      # data/selfmath data/gsm8k/generated; a training: docs), `off` after
+#   bash tools/stage_target.sh on data/chat docs   # only these (a work call's tree, with ~8 MB of wheels and kernels,
+#                                      # must fit 64 MiB too, and the whole tree no longer does)
 #   bash tools/stage_target.sh split   # pieces of the GGUF in .stage/p sized to the tree as it is now; .stage/assemble.sh
 #   WITH_DRAFT=1 bash tools/stage_target.sh split   # the 0.5B draft model's GGUF too (~9 more pieces), for --drafter model
 #   ... the device calls (below) ...
@@ -22,12 +20,13 @@
 # after a call ends; that day the next message of 21 calls arrived in time):
 #   carry [".stage/assemble.sh", ".stage/p/manifest", ".stage/p/NNN"], command `bash .stage/assemble.sh put NNN`;
 #   the last `bash .stage/assemble.sh put NNN && bash .stage/assemble.sh join` (checks the sha256); then the work
-#   calls (carry [".whl", "minitorch/cuda_kernels"]). A work call that reads the folders taken out names them in its
-#   carry too (carry takes ignored paths, 8 at most, within the 64 MiB): a training call [".whl",
-#   "minitorch/cuda_kernels", "heads", "data/chat", "data/texts", "data/selfmath", "data/gsm8k/generated"] (~53 MB with
-#   the tree), a bench of a head [".whl", "minitorch/cuda_kernels", "heads"] plus the head's folder; so every call of a
-#   sitting can go in one message with the staging still on (the device README says so; not yet tried here). Or `off` first (a local bash call placed in the same
-#   message before it), with `on FOLDER...` for what that call does not read.
+#   calls (carry [".whl", "minitorch/cuda_kernels"]). A work call that reads hidden folders either names them in its
+#   carry (carry takes ignored paths, 8 at most, within the 64 MiB; the device README says so, not yet tried here):
+#   a training [".whl", "minitorch/cuda_kernels", "heads", "data/chat", "data/texts", "data/selfmath",
+#   "data/gsm8k/generated"] (~53 MB with the tree), a bench of a head [".whl", "minitorch/cuda_kernels", "heads"] and
+#   the head's folder if elsewhere, so every call of a sitting can go in one message with the staging on; or runs
+#   after `off` (a local bash call placed in the same message before it) and `on` with what it does not read (a
+#   bench: data/chat data/texts data/selfmath data/gsm8k/generated; a training: docs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SLIM=(heads data/chat data/texts data/selfmath data/gsm8k/generated docs)
