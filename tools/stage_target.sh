@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # tools/stage_target.sh on|off|split: the offline target's GGUF (and with WITH_DRAFT=1 the 0.5B's) onto a
 # lent GPU machine in as few calls as the 64 MiB a call allows. A call carries the whole tracked tree plus one piece,
-# so the tree's size sets the number of calls: the full tree (~61 MB) leaves under 5 MiB a piece; without the folders a staging
-# call does not need (heads/, data/chat/, data/texts/, data/selfmath/, data/gsm8k/generated/, docs/: ~55 MB) a piece
-# is 56 MiB, 19 calls. Every call after a refused start is refused too (15 s of device time each), so fewer calls is
-# also less to lose.
+# so the tree's size sets the number of calls: the full tree (~61 MB) leaves under 5 MiB a piece; without the
+# folders a staging call does not need (heads/, data/chat/, data/texts/, data/selfmath/, data/gsm8k/generated/,
+# docs/: ~55 MB) a piece is 56 MiB, 19 calls. Every call after a refused start is refused too (15 s of device time
+# each), so fewer calls is also less to lose.
 #
 #   bash tools/stage_target.sh on      # those folders out of the index (git rm --cached) and hidden (.git/info/exclude)
 #   bash tools/stage_target.sh on data/chat docs   # only these (a work call's tree, with ~8 MB of wheels and kernels,
