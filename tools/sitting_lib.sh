@@ -6,6 +6,7 @@
 #   source tools/sitting_lib.sh               # LIMIT (seconds this call may use, default 560) read here
 #   job NAME TIMEOUT COMMAND...               # COMMAND may be `sb NAME ARGS...` (Spec-Bench on CUDA, then its summary)
 #   pack                                      # at the end
+#   heads_from DIR                            # a carried copy of heads/ (hidden while staging) into heads/
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 MINITORCH_SPEC_CACHE=/root/cache
 T0=$(date +%s); LIMIT=${LIMIT:-560}; W=/root/work; mkdir -p $W /root/done
@@ -30,3 +31,9 @@ setup() {  # the wheels the machine lacks (gguf, math-verify: .whl/) and the CUD
   [ -f /tmp/site/.done ] || { python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && touch /tmp/site/.done; }
   export PYTHONPATH="$PYTHONPATH:/tmp/site"
   [ -f minitorch/cuda_kernels/gemv.fatbin ] || { log build; ./compile_cuda.sh > "$W/build.log" 2>&1; echo "build rc=$?"; }; }
+heads_from() {  # DIR: a carried copy of heads/ into heads/, each head's SHA256SUMS checked. `cp -r DIR heads` would copy
+  # into heads/DIR where the machine already holds a heads/ folder (2026-12-07: --drafter auto then found no head)
+  mkdir -p heads && cp -r "$1"/. heads/ || return 1
+  local d; for d in heads/*/; do
+    [ -f "$d/SHA256SUMS" ] || continue; (cd "$d" && sha256sum -c --quiet SHA256SUMS) || return 1; done
+  echo "heads/ from $1: sha256 checked"; }

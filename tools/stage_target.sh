@@ -27,9 +27,8 @@
 #   the head's folder if elsewhere, so every call of a sitting can go in one message with the staging on; or runs
 #   after `off` (a local bash call placed in the same message before it) and `on` with what it does not read (a
 #   bench: data/chat data/texts data/selfmath data/gsm8k/generated; a training: docs).
-#   A head that travels in a carried folder of its own (the tried route: .cand/heads_copy) is copied in with
-#   `mkdir -p heads && cp -r .cand/heads_copy/. heads/`: the machine may already hold a heads/ folder, and `cp -r SRC
-#   heads` then copies into heads/SRC (2026-12-07: --drafter auto found no head and fell back to the 0.5B).
+#   A copy of heads/ that travels in a carried folder of its own (the tried route: .cand/heads_copy) goes back into
+#   heads/ with tools/sitting_lib.sh's `heads_from .cand/heads_copy` (it checks each head's SHA256SUMS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SLIM=(heads data/chat data/texts data/selfmath data/gsm8k/generated docs)
