@@ -9,7 +9,7 @@ import pytest
 
 import minitorch.generation.speculative as spec
 from minitorch.generation import ModelDrafter, SamplingConfig, generate, speculative_generate
-from minitorch.generation.budget import GAIN_MIN, CostBudget
+from minitorch.generation.budget import GAIN_MIN, PROBE_MAX, PROBE_MIN, CostBudget
 from test_generation_fakes import FakeModel
 
 
@@ -239,3 +239,42 @@ def test_a_losing_run_with_noisy_rounds_still_goes_plain():
     seen, b = _gated_run([1, 1, 2, 1, 1, 1, 2, 1, 1, 1, 1, 2, 1, 1, 1, 1, 2, 1] * 3, rounds=60)
     assert seen[:GAIN_MIN] == [3] * GAIN_MIN and seen[-20:].count(0) >= 15
     assert b.gain + b.gain_error() < 0
+
+
+def _hopeless_run(rounds=140, pays_at=None):
+    """A gated budget where the gate keeps nothing (55 ms a drafting round for one token against 50 ms plain steps),
+    but at round `pays_at` (if any), whose probe drafts three accepted ones (105 ms for four tokens). Returns the
+    rounds that ran the drafter after the first GAIN_MIN and the budget."""
+    b = CostBudget(3, gated=True, explore=1.0)  # exploring's share out of the way: the wait alone spaces the probes
+    b.choose([], []), b.record(0, 1, 0.005, 0.05)  # the warm-up
+    b.choose([], []), b.record(0, 0, 0.0, 0.05)  # plain: t_1 = 50 ms
+    ran = []
+    for i in range(rounds):
+        g = b.choose([], [])
+        if not g:
+            b.record(0, 0, 0.0, 0.05)
+            continue
+        ran.append(i)
+        if pays_at is not None and i >= pays_at:
+            b.record(3, 3, 0.015, 0.09, emitted=4)
+            pays_at = None
+        else:
+            b.record(0, 1, 0.005, 0.05)
+    return ran[GAIN_MIN:], b
+
+
+def test_each_probe_that_costs_doubles_the_wait_for_the_next(monkeypatch):
+    """Where nothing is accepted a probe comes after PROBE_MIN plain rounds, then 2, 4, 8 times as many (up to
+    PROBE_MAX); a probe that pays turns the run back to drafting, and the wait starts again at PROBE_MIN. Without the
+    doubling (the rule before) a probe comes every PROBE_MIN + 1 rounds."""
+    from minitorch.generation import budget
+
+    probes, b = _hopeless_run()
+    gaps = [b2 - a for a, b2 in zip(probes, probes[1:])]
+    assert gaps == [2 * PROBE_MIN + 1, 4 * PROBE_MIN + 1, PROBE_MAX + 1][:len(gaps)] and len(gaps) == 3
+    assert b.probe_wait == PROBE_MAX
+    _, b = _hopeless_run(rounds=62, pays_at=40)  # the probe at round 61 (after 3 + 9, 12 + 17, 29 + 33) pays
+    assert b.probe_wait == PROBE_MIN and b.gain > 0 and b.choose([], []) == 3
+    monkeypatch.setattr(budget, "PROBE_MAX", PROBE_MIN)  # the wait never grows: the rule before
+    probes, _ = _hopeless_run()
+    assert {b2 - a for a, b2 in zip(probes, probes[1:])} == {PROBE_MIN + 1} and len(probes) > 10

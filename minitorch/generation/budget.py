@@ -23,7 +23,10 @@ sent every later round plain). The second drafts gamma too, the third none (or `
 draft), so both ends of the verify line are measured warm. Where drafting does not pay the run goes plain, and drafts once more ("a probe") only while what exploring has cost so far (the
 first round's and the probes' seconds beyond what plain steps would have taken for the tokens they gave) stays
 within EXPLORE of the run's time: a drafter that must catch up on the tokens it skipped (a draft model) probes
-seldom, a cheap one (a head, prompt lookup) often. A draft step's cost is learnt from rounds that follow a drafting
+seldom, a cheap one (a head, prompt lookup) often. A probe waits PROBE_MIN plain rounds after the last drafting round,
+twice as many after a probe that cost more than plain steps (up to PROBE_MAX), PROBE_MIN again after one that paid:
+where nothing is accepted (spec_bench-321, a 24-token answer the head cannot guess, on a 2-core Zen 4) its two probes
+cost about 2.6% of its 1.0 s decode; with the doubling the second does not come. A draft step's cost is learnt from rounds that follow a drafting
 round, so a probe's catch-up does not make every later draft look dear.
 
 The choice depends only on rounds already finished, never on the tokens being drafted, so greedy output is the
@@ -58,6 +61,7 @@ EMA = 0.3  # weight of a new measurement in the running means
 PRIOR = 2.0  # judgements' worth of the previous position's rate (the first position's: 0.5) in a position's rate
 EXPLORE = 0.03  # share of the run's time that the first round and the probes may cost beyond plain steps
 PROBE_MIN = 8  # plain rounds in a row before a probe
+PROBE_MAX = 64  # the most plain rounds in a row before a probe, however many probes have cost (twice more each)
 GAIN_EMA = 0.2  # weight of a drafting round's saving in the gated budget's running mean (a plain mean until then)
 GAIN_MIN = 3  # drafting rounds priced before the gated budget may go plain (one unlucky round decided it before)
 GAIN_Z = 1.0  # the gated budget goes plain when its mean saving is below zero by this many standard errors
@@ -88,6 +92,7 @@ class CostBudget:
         self.elapsed = 0.0  # seconds of every round so far
         self.explored = 0.0  # seconds the first round and the probes took beyond plain steps for their tokens
         self.probe_cost: float | None = None  # what the last probe (or the first round) cost beyond plain steps
+        self.probe_wait = probe_min  # plain rounds in a row before the next probe (doubled by each probe that cost)
         self.choices: list[int] = []
         self._probing = False
         self.gain: float | None = None  # gated: running mean of the seconds a drafting round saved over plain steps
@@ -129,7 +134,7 @@ class CostBudget:
     def choose(self, accepted: Sequence[int], judged: Sequence[int]) -> int:
         """This round's draft length: gamma until a draft step's cost is measured (the warm-up round and the next),
         then none (or `least`: both ends of the verify line measured), then the best expected tokens a second; a
-        probe of one draft after PROBE_MIN plain rounds while exploring stays within its share of the time."""
+        probe of one draft after probe_wait plain rounds while exploring stays within its share of the time."""
         self._probing = False
         if self.gated:
             g = self._choose_gated()
@@ -142,7 +147,7 @@ class CostBudget:
                 return self.expected_tokens(n, accepted, judged) / (n * self.t_draft + self.verify_seconds(n + 1))
 
             g = max(range(self.least, self.gamma + 1), key=rate)
-            if g == 0 and self.plain_run >= self.probe_min and \
+            if g == 0 and self.plain_run >= self.probe_wait and \
                     self.explored + (self.probe_cost or 0.0) <= self.explore * self.elapsed:
                 g, self._probing = 1, True
         self.choices.append(g)
@@ -183,6 +188,8 @@ class CostBudget:
             plain = self.t_verify.get(1, verify_seconds / rows)
             self.probe_cost = max(draft_seconds + verify_seconds - emitted * plain, 0.0)
             self.explored += self.probe_cost
+            if self.rounds > 1:  # a probe, not the warm-up: one that cost waits twice as long for the next
+                self.probe_wait = min(2 * self.probe_wait, PROBE_MAX) if self.probe_cost > 0 else self.probe_min
         self.plain_run = 0 if (ran if self.gated else drafted) else self.plain_run + 1
 
     def _choose_gated(self) -> int:
@@ -195,7 +202,7 @@ class CostBudget:
             return 0
         if self.gain is None or self.priced < GAIN_MIN or self.gain + GAIN_Z * self.gain_error() > 0:
             return self.gamma
-        if self.plain_run >= self.probe_min and self.explored + (self.probe_cost or 0.0) <= self.explore * self.elapsed:
+        if self.plain_run >= self.probe_wait and self.explored + (self.probe_cost or 0.0) <= self.explore * self.elapsed:
             self._probing = True
             return self.gamma
         return 0
