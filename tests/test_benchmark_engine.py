@@ -61,7 +61,9 @@ def test_summary_accuracy_speed_and_table():
                                                                  time_s_runs=[1.0, 1.3, 0.9])], n_boot=50)
     assert slow["comparisons"][0]["below_095"] == 1 and slow["comparisons"][0]["lowest_per_problem"] < 0.95
     assert slow["repeats"] == {"runs": 3, "median_spread": pytest.approx(1.3 / 0.9), "max_spread": pytest.approx(1.3 / 0.9)}
-    assert "1 of 2 below 0.95x" in format_table(slow) and "run 3 times" in format_table(slow)
+    assert "1 of 2 below 0.95x: p1 0.909x" in format_table(slow) and "run 3 times" in format_table(slow)
+    assert slow["comparisons"][0]["below_095_ids"] == [["p1", pytest.approx(1 / 1.1)]]
+    assert comp["below_095_ids"] == [] and "below 0.95x:" not in format_table(s)
     assert comp["identical_outputs"] == 1 and comp["same_grade"] == 1
     table = format_table(s)
     assert "speedup spec / target: 1.50x" in table and table.splitlines()[2].startswith("spec")
@@ -81,8 +83,10 @@ def test_summary_gives_each_repeat_run_alone():
     assert runs[0]["median_per_problem"] == pytest.approx(1.25)
     assert runs[1]["below_095"] == 1 and runs[1]["lowest_per_problem"] == pytest.approx(0.9)
     assert runs[1]["median_per_problem"] == pytest.approx(1.25)
-    assert "run 1 median 1.25x, 1 below 0.95x (lowest 0.800x); run 2 median 1.25x, 1 below 0.95x" in \
-        format_table(summarize(recs, n_boot=50))
+    assert runs[0]["below_095_ids"] == [["p1", pytest.approx(0.8)]] and runs[1]["below_095_ids"] == [
+        ["p0", pytest.approx(0.9)]]  # each run names its own problems below 0.95x
+    assert "run 1 median 1.25x, 1 below 0.95x (lowest 0.800x): p1 0.800x; run 2 median 1.25x, 1 below 0.95x " \
+        "(lowest 0.900x): p0 0.900x" in format_table(summarize(recs, n_boot=50))
     # one timing a generation (no --repeats), or a pair missing its runs: no by-run figures
     assert "by_run" not in summarize([_rec(0, "spec", 10, 1.0), _rec(0, "target", 10, 1.0)], n_boot=20)["comparisons"][0]
     assert "by_run" not in summarize(recs[:2] + [_rec(1, "spec", 60, 1.0), _rec(1, "target", 60, 1.0)],

@@ -159,14 +159,15 @@ def _comparison(records: Sequence[Mapping[str, Any]], fast: str, base: str,
     if tok_f.sum() == 0 or tok_b.sum() == 0:
         return None
     point, lo, hi = bootstrap_speedup(tok_f, sec_f, tok_b, sec_b, n_boot, seed)
-    per_problem = [f["tokens_per_s"] / b["tokens_per_s"] for f, b in pairs if b["tokens_per_s"] > 0]
+    kept = [(f["tokens_per_s"] / b["tokens_per_s"], f["id"]) for f, b in pairs if b["tokens_per_s"] > 0]
+    per_problem = [x for x, _ in kept]
     predicted = [f.get("predicted_speedup") for f, _ in pairs]
     cost_model = [cost_model_speedup(f.get("stats") or {}, b.get("stats") or {}) for f, b in pairs]
     cost_model = [c for c in cost_model if c is not None]
     out = {
         "fast": fast, "base": base, "n_pairs": len(pairs),
         "speedup": point, "ci95": [lo, hi],
-        **_per_problem_figures(per_problem),
+        **_per_problem_figures(per_problem, [i for _, i in kept]),
         "per_problem": per_problem,
         "predicted_per_problem": predicted,
         "predicted_mean": statistics.fmean(p for p in predicted if p is not None)
@@ -193,17 +194,19 @@ def _runs_alone(pairs: Sequence[tuple[Mapping, Mapping]]) -> list[dict[str, Any]
         return []
     out = []
     for k in range(k_max):
-        per = [(f["generated_tokens"] / max(a[k], 1e-12)) / (b["generated_tokens"] / max(c[k], 1e-12))
-               for (f, b), (a, c) in zip(pairs, runs) if b["generated_tokens"] > 0]
-        out.append({"run": k + 1, **_per_problem_figures(per)})
+        kept = [((f["generated_tokens"] / max(a[k], 1e-12)) / (b["generated_tokens"] / max(c[k], 1e-12)), f["id"])
+                for (f, b), (a, c) in zip(pairs, runs) if b["generated_tokens"] > 0]
+        out.append({"run": k + 1, **_per_problem_figures([x for x, _ in kept], [i for _, i in kept])})
     return out
 
 
-def _per_problem_figures(per: Sequence[float]) -> dict[str, Any]:
-    """The median and lowest per-problem speedup and how many problems ran below 0.95x (issue 43's floor)."""
+def _per_problem_figures(per: Sequence[float], ids: Sequence[Any]) -> dict[str, Any]:
+    """The median and lowest per-problem speedup, how many problems ran below 0.95x (issue 43's floor) and which
+    (`below_095_ids`: [id, speedup] pairs, slowest first)."""
+    below = sorted((x, i) for x, i in zip(per, ids) if x < 0.95)
     return {"median_per_problem": statistics.median(per) if per else None,
             "lowest_per_problem": min(per) if per else None,
-            "below_095": sum(x < 0.95 for x in per)}
+            "below_095": len(below), "below_095_ids": [[i, x] for x, i in below]}
 
 
 def summarize(records: Sequence[Mapping[str, Any]], n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
@@ -250,6 +253,15 @@ def _category(records: Sequence[Mapping[str, Any]], category: str, n_boot: int, 
     return out
 
 
+def _named(figures: Mapping[str, Any], most: int = 10) -> str:
+    """': id 0.912x, ...' for the problems below 0.95x (the first `most`, slowest first), '' when none."""
+    below = figures.get("below_095_ids") or []
+    if not below:
+        return ""
+    more = f", {len(below) - most} more" if len(below) > most else ""
+    return ": " + ", ".join(f"{i} {x:.3f}x" for i, x in below[:most]) + more
+
+
 def _fmt(x: Any, spec: str = ".2f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -277,11 +289,11 @@ def format_table(summary: Mapping[str, Any]) -> str:
                      f"{c['identical_outputs']}/{c['n_pairs']}, same grade {c['same_grade']}/{c['n_pairs']}")
         if c.get("lowest_per_problem") is not None:
             lines.append(f"per problem {c['fast']} / {c['base']}: lowest {c['lowest_per_problem']:.3f}x, "
-                         f"{c['below_095']} of {len(c['per_problem'])} below 0.95x")
+                         f"{c['below_095']} of {len(c['per_problem'])} below 0.95x{_named(c)}")
         if c.get("by_run"):
             lines.append("each run alone (run k of both modes): " + "; ".join(
                 f"run {r['run']} median {r['median_per_problem']:.2f}x, {r['below_095']} below 0.95x (lowest "
-                f"{r['lowest_per_problem']:.3f}x)" for r in c["by_run"]))
+                f"{r['lowest_per_problem']:.3f}x){_named(r)}" for r in c["by_run"]))
     spread = summary.get("repeats")
     if spread:
         lines.append(f"timing: each generation run {spread['runs']} times, its median run kept (of an even count the "
