@@ -202,7 +202,8 @@ class CostBudget:
             return 0
         if self.gain is None or self.priced < GAIN_MIN or self.gain + GAIN_Z * self.gain_error() > 0:
             return self.gamma
-        if self.plain_run >= self.probe_wait and self.explored + (self.probe_cost or 0.0) <= self.explore * self.elapsed:
+        if self.plain_run >= self.probe_wait and \
+                self.explored + (self.probe_cost or 0.0) <= self.explore * self.elapsed:
             self._probing = True
             return self.gamma
         return 0
