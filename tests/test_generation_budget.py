@@ -203,15 +203,23 @@ def test_one_unlucky_first_round_does_not_send_the_run_plain():
 
 def _gated_run(emitted, rounds=40):
     """A gated budget over drafting rounds of 105 ms that emit `emitted` (then 4 each) against 50 ms plain steps."""
-    b = CostBudget(3, gated=True)
-    b.choose([], []), b.record(3, 3, 0.015, 0.09, emitted=4)  # the warm-up
-    b.choose([], []), b.record(0, 0, 0.0, 0.05)  # plain: t_1 = 50 ms
-    seen, it = [], iter(emitted)
-    for _ in range(rounds):
+    it = iter(emitted)
+    return _drive(CostBudget(3, gated=True), (3, 3, 0.015, 0.09, 4), lambda i: (3, 3, 0.015, 0.09, next(it, 4)),
+                  rounds)
+
+
+def _drive(b, warm_up, drafting, rounds):
+    """b through a warm-up round recorded as `warm_up` (drafted, forwards, draft s, verify s, emitted), a plain one
+    (t_1 = 50 ms), then `rounds` rounds: a drafting one recorded as drafting(i), a plain one 50 ms. Returns each
+    round's choice and b."""
+    b.choose([], []), b.record(*warm_up)
+    b.choose([], []), b.record(0, 0, 0.0, 0.05)
+    seen = []
+    for i in range(rounds):
         g = b.choose([], [])
         seen.append(g)
         if g:
-            b.record(3, 3, 0.015, 0.09, emitted=next(it, 4))
+            b.record(*drafting(i))
         else:
             b.record(0, 0, 0.0, 0.05)
     return seen, b
@@ -243,24 +251,19 @@ def test_a_losing_run_with_noisy_rounds_still_goes_plain():
 
 def _hopeless_run(rounds=140, pays_at=None):
     """A gated budget where the gate keeps nothing (55 ms a drafting round for one token against 50 ms plain steps),
-    but at round `pays_at` (if any), whose probe drafts three accepted ones (105 ms for four tokens). Returns the
-    rounds that ran the drafter after the first GAIN_MIN and the budget."""
+    but in the first drafting round from `pays_at` on (if any), which drafts three accepted ones (105 ms for four
+    tokens). Returns the rounds that ran the drafter after the first GAIN_MIN and the budget."""
+    paid = []
+
+    def drafting(i):
+        if pays_at is not None and i >= pays_at and not paid:
+            paid.append(i)
+            return 3, 3, 0.015, 0.09, 4
+        return 0, 1, 0.005, 0.05, 1
+
     b = CostBudget(3, gated=True, explore=1.0)  # exploring's share out of the way: the wait alone spaces the probes
-    b.choose([], []), b.record(0, 1, 0.005, 0.05)  # the warm-up
-    b.choose([], []), b.record(0, 0, 0.0, 0.05)  # plain: t_1 = 50 ms
-    ran = []
-    for i in range(rounds):
-        g = b.choose([], [])
-        if not g:
-            b.record(0, 0, 0.0, 0.05)
-            continue
-        ran.append(i)
-        if pays_at is not None and i >= pays_at:
-            b.record(3, 3, 0.015, 0.09, emitted=4)
-            pays_at = None
-        else:
-            b.record(0, 1, 0.005, 0.05)
-    return ran[GAIN_MIN:], b
+    seen, b = _drive(b, (0, 1, 0.005, 0.05, 1), drafting, rounds)
+    return [i for i, g in enumerate(seen) if g][GAIN_MIN:], b
 
 
 def test_each_probe_that_costs_doubles_the_wait_for_the_next(monkeypatch):

@@ -160,15 +160,14 @@ def _comparison(records: Sequence[Mapping[str, Any]], fast: str, base: str,
         return None
     point, lo, hi = bootstrap_speedup(tok_f, sec_f, tok_b, sec_b, n_boot, seed)
     kept = [(f["tokens_per_s"] / b["tokens_per_s"], f["id"]) for f, b in pairs if b["tokens_per_s"] > 0]
-    per_problem = [x for x, _ in kept]
     predicted = [f.get("predicted_speedup") for f, _ in pairs]
     cost_model = [cost_model_speedup(f.get("stats") or {}, b.get("stats") or {}) for f, b in pairs]
     cost_model = [c for c in cost_model if c is not None]
     out = {
         "fast": fast, "base": base, "n_pairs": len(pairs),
         "speedup": point, "ci95": [lo, hi],
-        **_per_problem_figures(per_problem, [i for _, i in kept]),
-        "per_problem": per_problem,
+        **_per_problem_figures(kept),
+        "per_problem": [x for x, _ in kept],
         "predicted_per_problem": predicted,
         "predicted_mean": statistics.fmean(p for p in predicted if p is not None)
         if any(p is not None for p in predicted) else None,
@@ -196,14 +195,15 @@ def _runs_alone(pairs: Sequence[tuple[Mapping, Mapping]]) -> list[dict[str, Any]
     for k in range(k_max):
         kept = [((f["generated_tokens"] / max(a[k], 1e-12)) / (b["generated_tokens"] / max(c[k], 1e-12)), f["id"])
                 for (f, b), (a, c) in zip(pairs, runs) if b["generated_tokens"] > 0]
-        out.append({"run": k + 1, **_per_problem_figures([x for x, _ in kept], [i for _, i in kept])})
+        out.append({"run": k + 1, **_per_problem_figures(kept)})
     return out
 
 
-def _per_problem_figures(per: Sequence[float], ids: Sequence[Any]) -> dict[str, Any]:
-    """The median and lowest per-problem speedup, how many problems ran below 0.95x (issue 43's floor) and which
-    (`below_095_ids`: [id, speedup] pairs, slowest first)."""
-    below = sorted((x, i) for x, i in zip(per, ids) if x < 0.95)
+def _per_problem_figures(kept: Sequence[tuple[float, Any]]) -> dict[str, Any]:
+    """From (speedup, id) a problem: the median and lowest speedup, how many problems ran below 0.95x (issue 43's
+    floor) and which (`below_095_ids`: [id, speedup] pairs, slowest first)."""
+    per = [x for x, _ in kept]
+    below = sorted(((x, i) for x, i in kept if x < 0.95), key=lambda b: b[0])
     return {"median_per_problem": statistics.median(per) if per else None,
             "lowest_per_problem": min(per) if per else None,
             "below_095": len(below), "below_095_ids": [[i, x] for x, i in below]}
