@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import argparse
 import random
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from project.cli_common import encode_prompt, run_cli
 from project.one_line_parser import OneLineParser
@@ -143,10 +143,12 @@ def request_items(n: int, start: int = 0) -> Iterator[tuple[str, dict[str, Any]]
         yield f"chat-{i}", {"index": i, "category": cat, "topic": topics[(i // len(names)) % len(topics)]}
 
 
-def text_items(n: int, start: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(id, fields) of --style texts items start..start+n-1: kind i mod 5 (TEXT_TASKS), a subject and a form (the
-    article's words, German sentences, a document and its instruction) drawn by a generator seeded with the index."""
-    kinds = list(TEXT_TASKS)
+def text_items(n: int, start: int = 0,
+               kinds: Sequence[str] = tuple(TEXT_TASKS)) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(id, fields) of --style texts items start..start+n-1: kind i mod len(kinds) (default all of TEXT_TASKS, in its
+    order; --kinds translation: every item a translation), a subject and a form (the article's words, German
+    sentences, a document and its instruction) drawn by a generator seeded with the index."""
+    kinds = list(kinds)
     for i in range(start, start + n):
         rng = random.Random(f"texts-{i}")  # a str seed: the same draws in every Python run
         document, instruction = rng.choice(DOCUMENTS)
@@ -223,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "subject (an article, German sentences, web passages, a document), the request is a task "
                         "around it (Summarize:, Translate German to English:, passages and a question, extraction) "
                         "or a search-box question")
+    a.add_argument("--kinds", default=None, metavar="KIND[,KIND...]",
+                   help=f"--style texts: only these tasks, in turn ({', '.join(TEXT_TASKS)}; default all), e.g. "
+                        "translation for more of the kind a head drafts worst; give such a run its own --start")
     b = sub.add_parser("answers", help="answer the requests of a `requests` file (greedy)")
     b.add_argument("requests", help="the JSONL file `requests` wrote")
     b.add_argument("--turns", type=int, default=1,
@@ -236,6 +241,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if args.step == "requests" and (args.n < 1 or args.start < 0):
         raise UserError(f"--n must be >= 1 and --start >= 0, got {args.n} and {args.start}")
+    if args.step == "requests" and args.kinds is not None:
+        if args.style != "texts":
+            raise UserError(f"--kinds chooses among --style texts' tasks, not --style {args.style}'s")
+        args.kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+        unknown = [k for k in args.kinds if k not in TEXT_TASKS]
+        if unknown or not args.kinds:
+            raise UserError(f"--kinds takes {', '.join(TEXT_TASKS)}, got {unknown[0] if unknown else 'none'}")
     if args.step == "answers" and args.turns not in (1, 2):
         raise UserError(f"--turns takes 1 or 2, got {args.turns}")
     check_output(args)
@@ -288,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
         return {**rec, "generated_tokens": n, "stop_reason": res.stop_reason}, n
 
     if args.step == "requests":
-        items = text_items if args.style == "texts" else request_items
-        return write_items(args, items(args.n, args.start), request)
+        items = (text_items(args.n, args.start, args.kinds or tuple(TEXT_TASKS)) if args.style == "texts" else
+                 request_items(args.n, args.start))
+        return write_items(args, items, request)
     return write_items(args, [(r["id"], r) for r in first_step_rows(args.requests, "requests")], conversation)
 
 

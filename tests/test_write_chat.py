@@ -40,6 +40,42 @@ def test_text_items_cycle_through_the_text_tasks_with_seeded_subjects():
     assert list(wc.text_items(3, start=1000005)) == list(wc.text_items(8, start=1000000))[5:]  # by index alone
 
 
+def test_text_items_of_chosen_kinds_keep_each_index_draws_and_the_default_cycle():
+    # --kinds translation: every item a translation; an index draws the same subject and form whatever the kinds
+    # (the generator is seeded by the index alone), and the default is the cycle data/texts was written with
+    every = list(wc.text_items(10, start=2000000))
+    only = list(wc.text_items(10, start=2000000, kinds=["translation"]))
+    assert [f["category"] for _, f in only] == ["translation"] * 10
+    assert [(i, {k: v for k, v in f.items() if k != "category"}) for i, f in only] == \
+        [(i, {k: v for k, v in f.items() if k != "category"}) for i, f in every]
+    assert every == list(wc.text_items(10, start=2000000, kinds=list(wc.TEXT_TASKS)))
+    two = [f["category"] for _, f in wc.text_items(4, start=7, kinds=["qa", "translation"])]
+    assert two == ["translation", "qa", "translation", "qa"]  # kind i mod len(kinds), like the default
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--kinds", "poetry"], "--kinds takes summarization, translation"),
+    (["--kinds", ","], "got none"),
+    (["--kinds", "translation", "--style", "topics"], "--kinds chooses among --style texts' tasks"),
+])
+def test_kinds_flag_errors_are_one_line(tmp_path, flags, message):
+    with pytest.raises(wc.UserError, match=message):
+        wc.parse_args(["requests", "--style", "texts", "-o", str(tmp_path / "r.jsonl")] + flags)
+
+
+def test_the_committed_texts_requests_are_the_default_cycle():
+    # data/texts was written before --kinds existed: the default must still give its items' kinds and subjects
+    from project.evaluation.data import read_json_rows
+    data = Path(__file__).resolve().parents[1] / "data/texts"
+    rows = read_json_rows(data / "requests_1000000-1004999_coder1.5b_sampled.jsonl.gz")
+    first = {r["index"]: r for r in rows if r["index"] < 1000040}
+    items = dict(wc.text_items(40, start=1000000))
+    assert len(first) == 40
+    for i, r in first.items():
+        f = items[f"chat-{i}"]
+        assert (r["category"], r["topic"], r["sentences"]) == (f["category"], f["topic"], f["sentences"])
+
+
 class CharTok(Template):
     """A tokenizer of one id a character, with the chat template's shape."""
 

@@ -60,7 +60,8 @@
 #                        then answers to all of them, --turns TURNS (2), up to 1,024 new tokens a turn, for the time
 #                        left; files in GEN_DIR (/root/chat), continued with --resume by a later call on the same
 #                        machine; copied gzipped to $OUT (commit under data/chat/; STYLES=texts TURNS=1 under
-#                        data/texts/, a folder of its own: train-head holds out and reports each folder apart)
+#                        data/texts/, a folder of its own: train-head holds out and reports each folder apart;
+#                        TEXT_KINDS=translation: texts of that task alone, write_chat.py --kinds)
 #
 #   bench-tree [K,D,N...]  draft trees against the chain (issue 44), the shipped head (HEAD_DIR for another), greedy, one
 #                        machine: GSM8K and MATH-500 first BENCH_N (20) with the chain (gamma 4) and each tree (default
@@ -259,7 +260,8 @@ write-chat)
     f="$D/requests_$style.jsonl"; have=$(cat "$f" 2>/dev/null | wc -l)
     [ "$have" -ge "$N" ] && continue
     PAT='rc=|Error|error|wrote|tokens' run req_$style "${REQ_LIMIT:-110}" "${W[@]}" requests --style $style --n "$N" \
-        --start $start --max-new-tokens "${REQ_TOKENS:-512}" "${F[@]}" -o "$f" $( [ -s "$f" ] && echo --resume )
+        --start $start --max-new-tokens "${REQ_TOKENS:-512}" "${F[@]}" -o "$f" $( [ -s "$f" ] && echo --resume ) \
+        $( [ $style = texts ] && [ -n "${TEXT_KINDS:-}" ] && echo --kinds "$TEXT_KINDS" )
     wc -l "$f"
   done
   (for style in $STYLES; do cat "$D/requests_$style.jsonl"; done) > "$D/requests.jsonl"
