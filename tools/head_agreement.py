@@ -1,7 +1,7 @@
 """How often a draft head's first draft is the target's next token on the target's own answers, teacher-forced, beside
 what the engine measured on the same answers: is a head's low acceptance the head, or how the engine uses it?
 
-    python tools/head_agreement.py RUN.jsonl.gz [--per 2] [--max-tokens 200] [--head DIR]
+    python tools/head_agreement.py RUN.jsonl.gz [--per 2] [--max-tokens 200] [--head DIR[,DIR]]
 
 RUN: a benchmark's records with the target alone's texts and the speculative run's stats (e.g. Spec-Bench on a GPU,
 docs/results/h100_trees_specbench/specbench/sb_head_cost.jsonl.gz). For the first --per records of each category:
@@ -11,7 +11,8 @@ token t+1, as drafting's first step does), and the share of answer positions whe
 target's greedy one (`top1`). `same`: the share of the answer that the CPU target's greedy tokens reproduce (the
 texts came from another engine); `vocab`: the share of answer ids the head cannot propose (ids >= its head_vocab);
 `engine`: the speculative record's first-position acceptance (its whole answer, every turn) and tau.
---head-vocab N: the same head proposing among the first N ids (how much its vocabulary slice costs).
+--head-vocab N: the same head proposing among the first N ids (how much its vocabulary slice costs). --head A,B: each
+head on the same target forward (e.g. a float16 head and its int4 file: what compression costs, no round diverging).
 """
 from __future__ import annotations
 
@@ -31,9 +32,11 @@ from project.evaluation.data import read_json_rows
 SHIPPED = Path(__file__).resolve().parent.parent / "heads" / "qwen2.5-coder-1.5b-instruct"
 
 
-def agreement(model, head, prompt: list[int], answer: list[int], windows: tuple[int, ...] = (0,)) -> tuple[list[float], float]:
-    """([top1 for each prompt window], same) over the answer's positions (module docstring). A window W > 0: the head
-    reads only the prompt's last W positions, as HeadDrafter(prompt_window=W) does."""
+def agreement(model, heads, prompt: list[int], answer: list[int],
+              windows: tuple[int, ...] = (0,)) -> tuple[list[float], float]:
+    """([top1 for each head, each prompt window], same) over the answer's positions (module docstring), one target
+    forward for all. A window W > 0: the head reads only the prompt's last W positions, as HeadDrafter(prompt_window=W)
+    does."""
     ids = prompt + answer
     p = len(prompt)
     with minitorch.no_grad():
@@ -42,7 +45,7 @@ def agreement(model, head, prompt: list[int], answer: list[int], windows: tuple[
         f = np.asarray(hidden.to_numpy(), np.float32).reshape(len(ids), -1)
         top1 = []
         at = slice(p - 1, len(ids) - 2)  # head position t predicts token t + 2: the answer's second token onwards
-        for w in windows:
+        for head, w in ((h, w) for h in heads for w in windows):
             b = max(0, p - 1 - w) if w else 0  # the head's first position
             emb = model.model.embed_tokens(make_tensor([ids[b + 1:]], dtype="int64", backend=head.backend))
             g = head(from_numpy(f[b:-1][None], backend=head.backend), emb, head.new_cache(len(ids) + 8))
@@ -57,7 +60,8 @@ def main() -> None:
     ap.add_argument("run", help="a benchmark's JSONL (.gz) with target and spec records")
     ap.add_argument("--per", type=int, default=2, help="records of each category (default 2)")
     ap.add_argument("--max-tokens", type=int, default=200, help="answer ids read per record (default 200)")
-    ap.add_argument("--head", default=str(SHIPPED), help="the head's folder (default: the shipped head)")
+    ap.add_argument("--head", default=str(SHIPPED), metavar="DIR[,DIR]",
+                    help="the head's folder (default: the shipped head); a comma list: each on the same target run")
     ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
     ap.add_argument("--head-vocab", type=int, default=None, metavar="N",
                     help="propose among the first N ids instead of the head's own head_vocab (its LM head is the "
@@ -69,9 +73,11 @@ def main() -> None:
     args = ap.parse_args()
     windows = tuple(int(w) for w in args.prompt_windows.split(","))
     model, tok = load_model(args.target, progress=False)
-    head = load_head(args.head, model)
-    if args.head_vocab:
-        head.config.head_vocab = min(args.head_vocab, model.config.vocab_size)
+    heads = [load_head(d, model) for d in args.head.split(",")]
+    for head in heads:
+        if args.head_vocab:
+            head.config.head_vocab = min(args.head_vocab, model.config.vocab_size)
+    head = heads[0]  # the vocabulary share below is the first head's
     print(f"target {args.target} ({target_fingerprint(model)}), head {args.head} (head_vocab {head.config.head_vocab})")
     rows = read_json_rows(Path(args.run))
     spec = {r["id"]: r for r in rows if r.get("mode") == "spec"}
@@ -88,7 +94,7 @@ def main() -> None:
             prompt, answer = tok.encode(r["prompt"]), tok.encode(text)[:args.max_tokens]
             if len(answer) < 3:
                 continue
-            top1s, same = agreement(model, head, list(prompt), list(answer), windows)
+            top1s, same = agreement(model, heads, list(prompt), list(answer), windows)
             vocab = float(np.mean(np.asarray(answer) >= head.config.head_vocab))
             s = spec.get(r["id"], {})
             pos0 = (s.get("per_position_acceptance") or [float("nan")])[0]
@@ -97,11 +103,12 @@ def main() -> None:
             print(f"{cat:15s} {r['id']:16s} prompt {len(prompt):4d} answer {len(answer):4d}  top1 {top1}  "
                   f"same {same:.3f}  vocab {vocab:.3f}  | engine first-position {pos0:.3f} tau {s.get('tau', 0):.2f}",
                   flush=True)
-    heads = " / ".join(f"top1 (window {w or 'all'})" for w in windows)
-    print(f"category means: {heads} / engine first-position")
-    for cat, v in tab.items():
-        a = np.asarray(v)
-        print(f"  {cat:15s} " + " / ".join(f"{a[:, i].mean():.3f}" for i in range(len(windows)))
+    cols = [f"top1 ({'head ' + str(i) + ', ' if len(heads) > 1 else ''}window {w or 'all'})"
+            for i in range(len(heads)) for w in windows]
+    print(f"category means: {' / '.join(cols)} / engine first-position")
+    every = np.concatenate([np.asarray(v) for v in tab.values()])
+    for cat, a in [*((c, np.asarray(v)) for c, v in tab.items()), ("all", every)]:
+        print(f"  {cat:15s} " + " / ".join(f"{a[:, i].mean():.3f}" for i in range(len(cols)))
               + f" / {np.nanmean(a[:, -1]):.3f}")
 
 
