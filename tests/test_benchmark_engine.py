@@ -2,13 +2,14 @@
 (minitorch.generation) with tiny numpy models (tests/test_generation_fakes.py)."""
 from __future__ import annotations
 
+import gzip
 import json
 
 import numpy as np
 import pytest
 
 from project.evaluation.runner import read_results, round_log_stats, thirds_counts
-from project.evaluation.data import Problem
+from project.evaluation.data import BenchmarkError, Problem
 from project.evaluation.summary import _pool_positions, bootstrap_speedup, format_table, summarize
 
 
@@ -297,3 +298,17 @@ def test_gsm8k_target_mode_as_a_batch_end_to_end(tmp_path, qwen2_pair, capsys):
     assert {r["id"]: r["text"] for r in batched} == {r["id"]: r["text"] for r in one}
     cfg = batched[0]["config"]
     assert cfg["batch"] == 2 and cfg["drafter"] == "none" and cfg["gamma"] is None and "batch" not in one[0]["config"]
+
+
+def test_a_gzip_results_file_reads_as_its_text_and_is_never_resumed(tmp_path):
+    # docs/results/ keeps finished runs as .jsonl.gz: `summary` and every reader take them as they are
+    recs = [_rec(0, "spec", 100, 1.0, alpha=0.5), _rec(0, "target", 100, 2.0)]
+    text = "".join(json.dumps(r) + "\n" for r in recs)
+    plain, packed = tmp_path / "r.jsonl", tmp_path / "r.jsonl.gz"
+    plain.write_text(text)
+    packed.write_bytes(gzip.compress(text.encode()))
+    assert read_results(packed) == read_results(plain) == recs
+    before = packed.read_bytes()
+    with pytest.raises(BenchmarkError, match="gzip-compressed: a run cannot go on in it"):
+        read_results(packed, repair=True)
+    assert packed.read_bytes() == before  # left as it was

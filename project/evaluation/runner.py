@@ -18,6 +18,7 @@ the command line: cli.py; transformers baselines: hf.py; grading: grading.py.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import time
@@ -43,12 +44,17 @@ def read_results(path: str | Path, repair: bool = False, keys: tuple[str, ...] =
     """Records of a results JSONL file (each holding `keys`: a benchmark's "id" and "mode"; a text writer's "id").
 
     A last line cut off by a kill mid-write is dropped (and, with `repair`, cut from the file so
-    appending continues cleanly); a bad line elsewhere is an error.
+    appending continues cleanly); a bad line elsewhere is an error. A gzip file (a finished run kept compressed, as
+    docs/results/ keeps them) is read whole, never repaired: a run does not go on in one.
     """
     path = Path(path)
     if not path.exists():
         return []
     data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":  # gzip's magic bytes
+        if repair:
+            raise BenchmarkError(f"{path} is gzip-compressed: a run cannot go on in it (decompress it first)")
+        data = gzip.decompress(data)
     records: list[dict[str, Any]] = []
     pos = 0
     lines = data.split(b"\n")
