@@ -13,6 +13,7 @@ texts came from another engine); `vocab`: the share of answer ids the head canno
 `engine`: the speculative record's first-position acceptance (its whole answer, every turn) and tau.
 --head-vocab N: the same head proposing among the first N ids (how much its vocabulary slice costs). --head A,B: each
 head on the same target forward (e.g. a float16 head and its int4 file: what compression costs, no round diverging).
+The last rows: the mean over answers, and over all answer positions.
 """
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def main() -> None:
             vocab = float(np.mean(np.asarray(answer) >= head.config.head_vocab))
             s = spec.get(r["id"], {})
             pos0 = (s.get("per_position_acceptance") or [float("nan")])[0]
-            tab[cat].append((*top1s, pos0))
+            tab[cat].append((*top1s, len(answer) - 1, pos0))  # the positions scored, for the "all" row
             top1 = " / ".join(f"{t:.3f}" for t in top1s)
             print(f"{cat:15s} {r['id']:16s} prompt {len(prompt):4d} answer {len(answer):4d}  top1 {top1}  "
                   f"same {same:.3f}  vocab {vocab:.3f}  | engine first-position {pos0:.3f} tau {s.get('tau', 0):.2f}",
@@ -110,6 +111,9 @@ def main() -> None:
     for cat, a in [*((c, np.asarray(v)) for c, v in tab.items()), ("all", every)]:
         print(f"  {cat:15s} " + " / ".join(f"{a[:, i].mean():.3f}" for i in range(len(cols)))
               + f" / {np.nanmean(a[:, -1]):.3f}")
+    w = every[:, len(cols)]  # each answer's share weighed by its positions: agreement over all positions
+    print(f"  {'all positions':15s} " + " / ".join(f"{(every[:, i] * w).sum() / w.sum():.3f}" for i in range(len(cols)))
+          + f"  ({int(w.sum())} positions)")
 
 
 if __name__ == "__main__":
