@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import argparse
 import random
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from project.cli_common import encode_prompt, run_cli
 from project.one_line_parser import OneLineParser
@@ -144,11 +144,11 @@ def request_items(n: int, start: int = 0) -> Iterator[tuple[str, dict[str, Any]]
 
 
 def text_items(n: int, start: int = 0,
-               kinds: Sequence[str] = tuple(TEXT_TASKS)) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(id, fields) of --style texts items start..start+n-1: kind i mod len(kinds) (default all of TEXT_TASKS, in its
+               kinds: Optional[Sequence[str]] = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(id, fields) of --style texts items start..start+n-1: kind i mod len(kinds) (None: all of TEXT_TASKS, in its
     order; --kinds translation: every item a translation), a subject and a form (the article's words, German
     sentences, a document and its instruction) drawn by a generator seeded with the index."""
-    kinds = list(kinds)
+    kinds = list(kinds or TEXT_TASKS)
     for i in range(start, start + n):
         rng = random.Random(f"texts-{i}")  # a str seed: the same draws in every Python run
         document, instruction = rng.choice(DOCUMENTS)
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         return {**rec, "generated_tokens": n, "stop_reason": res.stop_reason}, n
 
     if args.step == "requests":
-        items = (text_items(args.n, args.start, args.kinds or tuple(TEXT_TASKS)) if args.style == "texts" else
+        items = (text_items(args.n, args.start, args.kinds) if args.style == "texts" else
                  request_items(args.n, args.start))
         return write_items(args, items, request)
     return write_items(args, [(r["id"], r) for r in first_step_rows(args.requests, "requests")], conversation)

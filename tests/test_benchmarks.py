@@ -2,6 +2,7 @@
 well-formed JSONL, resume, shards + merge, interruption (Ctrl-C, SIGTERM, SIGKILL), summary, plots."""
 from __future__ import annotations
 
+import gzip
 import json
 import signal
 import subprocess
@@ -189,6 +190,13 @@ def test_summary_command_and_json_list_data_file(tmp_path, capsys):
     capsys.readouterr()
     assert main(GSM8K, ["summary", str(out), "--no-plots"]) == 0
     assert "spec" in capsys.readouterr().out and (tmp_path / "r.summary.json").is_file()
+    # a finished run kept compressed (docs/results/): its summary where the uncompressed run's goes, not r.jsonl.*
+    (tmp_path / "r.summary.json").unlink()
+    packed = tmp_path / "r.jsonl.gz"
+    packed.write_bytes(gzip.compress(out.read_bytes()))
+    out.unlink()
+    assert main(GSM8K, ["summary", str(packed), "--no-plots"]) == 0
+    assert (tmp_path / "r.summary.json").is_file() and not (tmp_path / "r.jsonl.summary.json").exists()
 
 
 def test_resume_with_other_settings_is_refused(tmp_path, data_file, capsys):

@@ -20,14 +20,15 @@ later ones follow and get tried, instead of staying at what one early round saw.
 The first round is a warm-up: it drafts gamma and its acceptance counts, but not its seconds (right after the prefill
 a round runs cold: on a 2-core Zen 3 its 4-row verify took 118 ms where a warm one takes about 88, and one such figure
 sent every later round plain). The second drafts gamma too, the third none (or `least`, the fewest a round may
-draft), so both ends of the verify line are measured warm. Where drafting does not pay the run goes plain, and drafts once more ("a probe") only while what exploring has cost so far (the
-first round's and the probes' seconds beyond what plain steps would have taken for the tokens they gave) stays
-within EXPLORE of the run's time: a drafter that must catch up on the tokens it skipped (a draft model) probes
-seldom, a cheap one (a head, prompt lookup) often. A probe waits PROBE_MIN plain rounds after the last drafting
-round, twice as many after a probe that cost more than plain steps (up to PROBE_MAX), PROBE_MIN again after one that
-paid: where nothing is accepted (spec_bench-321, a 24-token answer the head cannot guess, on a 2-core Zen 4) its two
-probes cost about 2.6% of its 1.0 s decode; with the doubling the second does not come. A draft step's cost is learnt
-from rounds that follow a drafting round, so a probe's catch-up does not make every later draft look dear.
+draft), so both ends of the verify line are measured warm. Where drafting does not pay the run goes plain, and
+drafts once more ("a probe") only while what exploring has cost so far (the first round's and the probes' seconds
+beyond what plain steps would have taken for the tokens they gave) stays within EXPLORE of the run's time: a drafter
+that must catch up on the tokens it skipped (a draft model) probes seldom, a cheap one (a head, prompt lookup) often.
+A probe waits PROBE_MIN plain rounds after the last drafting round, twice as many after a probe that cost more than
+plain steps (up to PROBE_MAX), PROBE_MIN again after one that paid: where nothing is accepted (spec_bench-321, a
+24-token answer the head cannot guess, on a 2-core Zen 4) its two probes cost about 2.6% of its 1.0 s decode; with
+the doubling the second does not come. A draft step's cost is learnt from rounds that follow a drafting round, so a
+probe's catch-up does not make every later draft look dear.
 
 The choice depends only on rounds already finished, never on the tokens being drafted, so greedy output is the
 target's and sampling keeps the target's distribution, whatever g each round takes.

@@ -112,18 +112,20 @@ def default_output(bench: BenchSpec, args: argparse.Namespace, shard: tuple[int,
 
 
 def report(records: list[dict[str, Any]], output: Path, plots: bool) -> None:
-    """Print the summary table; write <output>.summary.json and <output stem>_plots/*.png."""
+    """Print the summary table; write <stem>.summary.json and <stem>_plots/*.png beside output (stem: its name less
+    .gz and .jsonl, so a compressed run's summary sits where its uncompressed run's would)."""
     if not records:
         print(f"{output}: no results yet")
         return
     summary = summarize(records)
     print(format_table(summary))
-    js = write_summary(summary, output.with_suffix(".summary.json"))
+    stem = output.parent / data_stem(output)
+    js = write_summary(summary, Path(f"{stem}.summary.json"))
     print(f"summary: {js}")
     if plots:
         from .plots import make_plots  # matplotlib only when plotting
 
-        for png in make_plots(records, summary, output.parent / f"{output.stem}_plots"):
+        for png in make_plots(records, summary, Path(f"{stem}_plots")):
             print(f"plot: {png}")
 
 

@@ -2,6 +2,7 @@
 and shards, and the reasoning prompt built with the model's chat template."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from dataclasses import dataclass
@@ -74,19 +75,21 @@ def data_stem(path: str | Path) -> str:
     return name
 
 
+GZIP_MAGIC = b"\x1f\x8b"  # a gzip file's first two bytes
+
+
+def gunzipped(data: bytes) -> bytes:
+    """A file's bytes as their text: decompressed when they are gzip's (told by the bytes, not the file's name)."""
+    return gzip.decompress(data) if data[:2] == GZIP_MAGIC else data
+
+
 def read_json_rows(path: Path) -> list[dict[str, Any]]:
     """Rows of a .jsonl file (one object a line) or a .json file holding a list of objects; either may be
     gzipped (.jsonl.gz: how the repository ships GSM8K's train split)."""
     path = Path(path)
     if not path.is_file():
         raise BenchmarkError(f"data file not found: {path}")
-    if path.suffix == ".gz":
-        import gzip
-
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            text = f.read()
-    else:
-        text = path.read_text(encoding="utf-8")
+    text = gunzipped(path.read_bytes()).decode("utf-8")
     if path.name.removesuffix(".gz").endswith(".json"):
         try:
             rows = json.loads(text)

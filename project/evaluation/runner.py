@@ -18,7 +18,6 @@ the command line: cli.py; transformers baselines: hf.py; grading: grading.py.
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .batch import BatchFn, Job, run_job, run_jobs
-from .data import BenchmarkError, Problem, Tokenizer, build_prompt, conversation_prompt
+from .data import GZIP_MAGIC, BenchmarkError, Problem, Tokenizer, build_prompt, conversation_prompt, gunzipped
 from .grading import grade
 
 MODE_ORDER = ("spec", "target", "hf_greedy", "hf_assisted")
@@ -51,10 +50,9 @@ def read_results(path: str | Path, repair: bool = False, keys: tuple[str, ...] =
     if not path.exists():
         return []
     data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":  # gzip's magic bytes
-        if repair:
-            raise BenchmarkError(f"{path} is gzip-compressed: a run cannot go on in it (decompress it first)")
-        data = gzip.decompress(data)
+    if repair and data[:2] == GZIP_MAGIC:
+        raise BenchmarkError(f"{path} is gzip-compressed: a run cannot go on in it (decompress it first)")
+    data = gunzipped(data)
     records: list[dict[str, Any]] = []
     pos = 0
     lines = data.split(b"\n")
