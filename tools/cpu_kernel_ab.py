@@ -50,6 +50,21 @@ _CH = "c = 8 if rows == 1 else 4 if rows <= 3 else 2 if rows <= 7 else 1"
 VARIANTS["c2r23"] = [(_CH, "c = 8 if rows == 1 else 2 if rows <= 3 else 2 if rows <= 7 else 1")]
 VARIANTS["c2r3"] = [(_CH, "c = 8 if rows == 1 else 4 if rows <= 2 else 2 if rows <= 7 else 1")]
 VARIANTS["c1r47"] = [(_CH, "c = 8 if rows == 1 else 4 if rows <= 3 else 1")]
+# sep4: with VNNI, a 4-bit word's high nibbles in an integer sum of their own beside the low nibbles' (before stop 69;
+# the same bits): 2 R C int32 sums a body keeps, more than the 32 zmm registers at 16 rows
+_ONE = "builder.store(vnni(builder.load(slots[r][j]), hi, xhi[r]), slots[r][j])"
+_FOLD = "                            if (bits == 8 and vnni_hw) or bits == 6:"
+VARIANTS["sep4"] = [
+    (_ONE, "builder.store(vnni(builder.load(slots2[r][j]), hi, xhi[r]), slots2[r][j])"),
+    ("            acc16 = [[[", "            slots2 = [[cgutils.alloca_once(builder, _VI) for _ in range(C)] for _ in range(R)]\n"
+                            "            acc16 = [[["),
+    ("                            builder.store(vzero_f if act == \"f32\" else vzero_i, slots[r][j])\n",
+     "                            builder.store(vzero_f if act == \"f32\" else vzero_i, slots[r][j])\n"
+     "                            builder.store(vzero_i, slots2[r][j])\n"),
+    (_FOLD, "                            if bits == 4:\n"
+            "                                isums = [builder.add(v, builder.load(slots2[r][j])) for j, v in enumerate(isums)]\n"
+            + _FOLD),
+]
 # Probes (a name starting with "x": timing only, their results differ by construction, so no bit check).
 # xsep: the int8 fold of 6-bit and 8-bit blocks as it was before its fmas (separate multiplies and adds, as 4-bit
 # blocks still fold; other rounding, so a probe)

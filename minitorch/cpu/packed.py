@@ -257,7 +257,6 @@ def _tile_codegen(act: str, bits: int):
         def body(R: int) -> None:
             C = _chunks(R, wide)
             slots = [[cgutils.alloca_once(builder, acc_ty) for _ in range(C)] for _ in range(R)]
-            slots2 = [[cgutils.alloca_once(builder, _VI) for _ in range(C)] for _ in range(R)]
             acc16 = [[[cgutils.alloca_once(builder, _V16H) for _ in (0, 1)] for _ in range(C)] for _ in range(R)]
             xrow = [builder.mul(builder.add(r0, c(r)), x_stride) for r in range(R)]
             srow = [builder.mul(builder.add(r0, c(r)), nb) for r in range(R)]
@@ -271,7 +270,6 @@ def _tile_codegen(act: str, bits: int):
                     for r in range(R):
                         for j in range(C):
                             builder.store(vzero_f if act == "f32" else vzero_i, slots[r][j])
-                            builder.store(vzero_i, slots2[r][j])
                             for h in (0, 1):
                                 builder.store(zero16, acc16[r][j][h])
                     if bits == 4:
@@ -301,7 +299,11 @@ def _tile_codegen(act: str, bits: int):
                                 for r in range(R):
                                     for j in range(C):
                                         builder.store(accs[r][j], slots[r][j])
-                            else:  # low and high nibbles into separate integer sums (exact, so order-free)
+                            else:  # low and high nibbles into one integer sum (exact, so order-free). Until stop 69
+                                #    the high nibbles had a sum of their own: 2 R C int32 sums, which at 16 rows (a
+                                #    prefill's chunks) are more than the 32 zmm registers; one sum ran a 16-row 4-bit
+                                #    product 2.5x faster, 1 and 4 rows the same (2-core Zen 4, the real 1.5B's gate / up,
+                                #    `python tools/cpu_kernel_ab.py --variants base,sep4 --rows 1,4,16`), same bits
                                 xo = [builder.add(xrow[r], builder.mul(t, c(2))) for r in range(R)]
                                 xlo = [splat(builder.load(builder.gep(ptr["x"], [xo[r]])), _VI) for r in range(R)]
                                 xhi = [splat(builder.load(builder.gep(ptr["x"], [builder.add(xo[r], c(1))])), _VI)
@@ -312,7 +314,7 @@ def _tile_codegen(act: str, bits: int):
                                     for r in range(R):
                                         if vnni_hw:
                                             builder.store(vnni(builder.load(slots[r][j]), lo, xlo[r]), slots[r][j])
-                                            builder.store(vnni(builder.load(slots2[r][j]), hi, xhi[r]), slots2[r][j])
+                                            builder.store(vnni(builder.load(slots[r][j]), hi, xhi[r]), slots[r][j])
                                             continue
                                         # AVX2: pmaddubsw's int16 pair sums (|.| <= 2 * 15 * 127 = 3,810) add up
                                         # in int16 over up to 4 words (8 of them, <= 30,480: no overflow), and
@@ -447,8 +449,6 @@ def _tile_codegen(act: str, bits: int):
                         else:
                             xdb = splat(builder.load(builder.gep(ptr["xd"], [builder.add(srow[r], b)])), _VF)
                             isums = [builder.load(slots[r][j]) for j in range(C)]
-                            if bits == 4:
-                                isums = [builder.add(v, builder.load(slots2[r][j])) for j, v in enumerate(isums)]
                             if (bits == 8 and vnni_hw) or bits == 6:  # codes stored as code + 128 / code + 32
                                 corr = builder.mul(builder.load(builder.gep(ptr["xqs"], [builder.add(srow[r], b)])),
                                                    ir.Constant(_I32, 128 if bits == 8 else 32))
