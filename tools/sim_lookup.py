@@ -9,13 +9,12 @@ not depend on where a round starts: an estimate).
 RESULTS: a Spec-Bench results file with spec (a head) and target records (benchmark_specbench.py's)."""
 import argparse
 import collections
-import gzip
-import json
 
 import numpy as np
 
 from minitorch.generation.drafters import lookup_match
 from minitorch.models.tokenizer import load_tokenizer
+from project.evaluation.runner import read_results
 
 p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 p.add_argument("results")
@@ -25,8 +24,7 @@ p.add_argument("--target", default="qwen2.5-coder-1.5b-instruct", help="whose to
 args = p.parse_args()
 G = args.gamma
 tok = load_tokenizer(args.target, progress=False)
-opener = gzip.open if args.results.endswith(".gz") else open
-rows = [json.loads(line) for line in opener(args.results, "rt")]
+rows = read_results(args.results)  # plain or gzip (told by the bytes)
 spec = {r["id"]: r for r in rows if r["mode"] == "spec"}
 agg: dict = collections.defaultdict(collections.Counter)
 for r in rows:
