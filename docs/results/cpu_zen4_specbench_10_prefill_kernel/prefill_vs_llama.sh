@@ -1,12 +1,14 @@
 #!/bin/bash
 # ours: the CLI's CPU settings (int8 activations), a prefill of N random tokens, LM head on the last row; llama.cpp:
-# llama-bench pp N, 2 threads; alternating, 3 rounds each
+# llama-bench pp N, 2 threads; alternating, 3 rounds each. Run from the repository root with its venv active:
+#   bash docs/results/cpu_zen4_specbench_10_prefill_kernel/prefill_vs_llama.sh <llama.cpp build>/bin/llama-bench 512
+# (stop 69 ran it from /work/main with /work/venv)
 set -e
 LB=$1; N=${2:-512}
-G=/root/.cache/minitorch-spec/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+G=${GGUF:-$HOME/.cache/minitorch-spec/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}
 for r in 1 2 3; do
   $LB -m $G -p $N -n 0 -t 2 -r 2 -o md 2>/dev/null | grep -E "pp$N|model"
-  cd /work/main && /work/venv/bin/python - <<PY
+  python - <<PY
 import time, numpy as np, argparse, minitorch
 from project.cli_common import load_models
 from project.settings import add_engine_args, resolve_settings
