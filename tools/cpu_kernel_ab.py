@@ -228,7 +228,8 @@ def steps(m, names: list[str], mods: list, rounds: int) -> None:
 def prefills(m, names: list[str], mods: list, rounds: int, n: int) -> None:
     """The model's prefill of n random tokens in int8 mode (its products MAX_ROWS rows a call) with each variant's
     kernels, alternating, one untimed round first; a variant that changes the last row's logits stops the run. As the
-    engines prefill: the LM head on the last row alone (last_n=1)."""
+    engines prefill: the LM head on the last row alone (last_n=1; before stop 69 on every row, as in
+    docs/results/cpu_zen3_row_groups/prefill_400.log)."""
     from minitorch.cpu import packed as fp
 
     fp.set_activations("int8")
