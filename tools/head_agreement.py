@@ -75,8 +75,8 @@ def main() -> None:
     windows = tuple(int(w) for w in args.prompt_windows.split(","))
     model, tok = load_model(args.target, progress=False)
     heads = [load_head(d, model) for d in args.head.split(",")]
-    for head in heads:
-        if args.head_vocab:
+    if args.head_vocab:
+        for head in heads:
             head.config.head_vocab = min(args.head_vocab, model.config.vocab_size)
     head = heads[0]  # the vocabulary share below is the first head's
     print(f"target {args.target} ({target_fingerprint(model)}), head {args.head} (head_vocab {head.config.head_vocab})")

@@ -301,9 +301,10 @@ def _tile_codegen(act: str, bits: int):
                                         builder.store(accs[r][j], slots[r][j])
                             else:  # low and high nibbles into one integer sum (exact, so order-free). Until stop 69
                                 #    the high nibbles had a sum of their own: 2 R C int32 sums, which at 16 rows (a
-                                #    prefill's chunks) are more than the 32 zmm registers; one sum ran a 16-row 4-bit
-                                #    product 2.5x faster, 1 and 4 rows the same (2-core Zen 4, the real 1.5B's gate / up,
-                                #    `python tools/cpu_kernel_ab.py --variants base,sep4 --rows 1,4,16`), same bits
+                                #    prefill's chunks) are more than the 32 zmm registers; one sum ran gate's 16 rows
+                                #    2.4x faster, 1 and 4 rows within 0.94-1.05x (2-core Zen 4, the real 1.5B, `python
+                                #    tools/cpu_kernel_ab.py --variants base,sep4 --classes gate,down,head --rows
+                                #    1,4,8,12,16`; docs/results/cpu_zen4_specbench_10_prefill_kernel/), same bits
                                 xo = [builder.add(xrow[r], builder.mul(t, c(2))) for r in range(R)]
                                 xlo = [splat(builder.load(builder.gep(ptr["x"], [xo[r]])), _VI) for r in range(R)]
                                 xhi = [splat(builder.load(builder.gep(ptr["x"], [builder.add(xo[r], c(1))])), _VI)

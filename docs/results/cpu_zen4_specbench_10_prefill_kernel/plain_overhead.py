@@ -1,15 +1,16 @@
 """Decode seconds per target forward: the target alone, speculative with the head (the CLI's CPU defaults), and
 speculative with every round after the warm-up forced plain (the engine's per-round overhead alone), alternating."""
-import gzip, json, sys, time
+import sys, time
 import numpy as np
 import argparse
 from minitorch.generation import budget as B
 from project.cli_common import load_models
+from project.evaluation.runner import read_results
 from project.settings import add_engine_args, resolve_settings
 
 ids = sys.argv[1].split(",")
 reps = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-rows = [json.loads(l) for l in gzip.open("docs/results/cpu_zen4_specbench_10_stage5_head/sb10_r2.jsonl.gz", "rt")]
+rows = read_results("docs/results/cpu_zen4_specbench_10_stage5_head/sb10_r2.jsonl.gz")
 prompts = {r["id"]: r["prompt"] for r in rows if r["mode"] == "target"}
 p = argparse.ArgumentParser(); add_engine_args(p)
 m = load_models(resolve_settings(p.parse_args([])), progress=False)
@@ -19,9 +20,9 @@ def plain(self):
     g = orig(self)
     return g if self.rounds == 0 else 0
 res = {}
-alone.generate(m.tokenizer.encode(prompts["spec_bench-" + ids[0]]), max_new_tokens=16)  # warm
+alone.generate(m.tokenizer.encode(prompts["spec_bench-" + ids[0]]), max_new_tokens=16)  # warm (ids: 490,244)
 for q in ids:
-    toks = m.tokenizer.encode(prompts["spec_bench-" + q if not q.startswith("spec") else q])
+    toks = m.tokenizer.encode(prompts["spec_bench-" + q])
     for rep in range(reps):
         order = [("alone", alone), ("spec", eng), ("plain", eng)]
         if rep % 2: order = order[::-1]

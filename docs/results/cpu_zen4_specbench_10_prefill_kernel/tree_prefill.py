@@ -1,10 +1,11 @@
 # the prompts come from stop 68's records; run from the repository root: python docs/results/cpu_zen4_specbench_10_prefill_kernel/tree_prefill.py 490
-import gzip, json, sys, time, argparse
+import sys, time, argparse
 import numpy as np
 import minitorch
 from project.cli_common import load_models
+from project.evaluation.runner import read_results
 from project.settings import add_engine_args, resolve_settings
-rows = [json.loads(l) for l in gzip.open("docs/results/cpu_zen4_specbench_10_stage5_head/sb10_r2.jsonl.gz", "rt")]
+rows = read_results("docs/results/cpu_zen4_specbench_10_stage5_head/sb10_r2.jsonl.gz")
 prompts = {r["id"]: r["prompt"] for r in rows if r["mode"] == "target"}
 p = argparse.ArgumentParser(); add_engine_args(p)
 m = load_models(resolve_settings(p.parse_args([])), progress=False)
