@@ -152,8 +152,10 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
                         "run's measured rates), on the GPU wherever they match; lossless; 0 = off. Default "
                         f"(settings.default_lookup): {HEAD_LOOKUP_GPU} on the CUDA-graph engine (all of Spec-Bench "
                         "on an H100 1.81x against 1.50x without, GSM8K 2.02x against 2.07x), "
-                        f"{HEAD_LOOKUP_CPU} on the CPU (Spec-Bench 1.19x against 1.13x, but the README's demo "
-                        "1.44-1.47x against 1.57-1.61x): docs/RESULTS.md")
+                        f"{HEAD_LOOKUP_CPU} on the CPU in prompts of {HEAD_LOOKUP_CPU_MIN_PROMPT} tokens or more, "
+                        "none in shorter ones (Spec-Bench's long prompts 1.12x against 1.05x, summarization 1.21x "
+                        "against 1.08x; the README's demo, a short prompt, 1.47-1.72x against 1.75-1.93x); given, "
+                        "it looks up in every prompt: docs/RESULTS.md")
 
 
 def add_batch_args(p: argparse.ArgumentParser) -> None:
@@ -221,6 +223,7 @@ class Settings:
     gamma: Optional[int] = None
     extend: Optional[int] = None
     lookup: Optional[int] = None  # --draft-lookup: None until for_head decides it (default_lookup)
+    lookup_min_prompt: int = 0  # the CPU engine's default lookup runs only in prompts of this many tokens (for_head)
     draft_vocab: int = 0
     adaptive: bool | str = False  # True: --adaptive-gamma; "cost": the draft budget (default_budget)
     budget: str = "auto"  # --draft-budget as given: for_head decides auto once the drafter is known
@@ -268,7 +271,9 @@ class Settings:
         extend = s.extend if s.extend is not None else default_extend(drafter, s)
         gamma = s.gamma if s.gamma is not None else default_gamma(drafter, s.graphs, extend if s.extend is None else 0)
         lookup = s.lookup if s.lookup is not None else default_lookup(drafter, s, extend)
-        return replace(s, drafter=drafter, extend=extend, gamma=gamma, lookup=lookup)
+        # the default's prompt length; --draft-lookup M given looks up in every prompt
+        min_prompt = HEAD_LOOKUP_CPU_MIN_PROMPT if s.lookup is None and lookup and not s.graphs else 0
+        return replace(s, drafter=drafter, extend=extend, gamma=gamma, lookup=lookup, lookup_min_prompt=min_prompt)
 
     def record(self) -> dict[str, Any]:
         """The settings every benchmark result line carries (a resumed run must match them)."""
@@ -289,6 +294,8 @@ class Settings:
             config["draft_tree"] = list(self.tree)
         if self.lookup and self.drafter == "head":  # likewise
             config["draft_lookup"] = self.lookup
+            if self.lookup_min_prompt:
+                config["draft_lookup_min_prompt"] = self.lookup_min_prompt
         if self.backend == "cuda":  # which GPU paths ran; the cpu's settings stay as before, so its old results resume
             config["gpu"] = self.gpu.record()
         return config
@@ -303,12 +310,16 @@ GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8
 # --draft-lookup's default with a head's greedy chains, by engine. The CUDA-graph engine: 2. All 480 Spec-Bench questions
 # on one H100 ran 1.81x our target alone with it against 1.50x without (summarization 2.24x against 1.20x, rag 1.63x
 # against 1.33x, no question below 0.95x against one), GSM8K first 20 2.02x against 2.07x
-# (docs/results/h100_lookup_specbench/). The CPU engine: 0. With its rounds chosen by expected acceptance
+# (docs/results/h100_lookup_specbench/). The CPU engine: 2 in prompts of HEAD_LOOKUP_CPU_MIN_PROMPT tokens or more
+# (summaries, passages, long extractions), none in shorter ones. With its rounds chosen by expected acceptance
 # (head_drafter.py) M = 2 ran Spec-Bench (first 3 of each category, first turns, 128 tokens, a 2-core Zen 3) at 1.19x
-# against 1.13x without and math 1.63x against 1.59x (docs/results/cpu_zen3_lookup_choice/), but the README's demo
-# prompt ran 1.44-1.47x against 1.57-1.61x: two looked-up rounds among its first four fail and the gated budget goes
-# plain for 9 rounds
-HEAD_LOOKUP_GPU, HEAD_LOOKUP_CPU = 2, 0
+# against 1.13x without (docs/results/cpu_zen3_lookup_choice/), but the README's demo prompt (short: a word problem)
+# ran 1.44-1.47x against 1.57-1.61x: two looked-up rounds among its first four fail and the gated budget goes plain for
+# 9 rounds; again with stage 5 of the head (2026-12-07, Zen 4) 1.47-1.72x against 1.75-1.93x. Spec-Bench's long
+# prompts with stage 5 (summarization, rag, extraction, first 10 each, first turns: 422-1,154, 671-818 and 174-385
+# tokens) 1.115x with M = 2 against 1.047x without; summarization 1.21x against 1.08x
+# (docs/results/cpu_zen4_lookup_long_prompts/)
+HEAD_LOOKUP_GPU, HEAD_LOOKUP_CPU, HEAD_LOOKUP_CPU_MIN_PROMPT = 2, 2, 256
 
 
 def default_budget(budget: str, graphs: bool, drafter: str = "auto", shaped: bool = False) -> bool | str:
@@ -333,7 +344,8 @@ def default_gamma(drafter: str, graphs: bool, default_extend: int = 0) -> int:
 
 def default_lookup(drafter: str, s: Settings, extend: int = 0) -> int:
     """--draft-lookup's default: HEAD_LOOKUP_GPU (the CUDA-graph engine) or HEAD_LOOKUP_CPU for a head's greedy
-    chains (not a tree, not --draft-extend); 0 elsewhere."""
+    chains (not a tree, not --draft-extend); 0 elsewhere. On the CPU engine for_head limits the default to prompts of
+    HEAD_LOOKUP_CPU_MIN_PROMPT tokens or more (Settings.lookup_min_prompt)."""
     on = drafter == "head" and s.tree is None and not extend and s.sampling.greedy
     return (HEAD_LOOKUP_GPU if s.graphs else HEAD_LOOKUP_CPU) if on else 0
 

@@ -829,6 +829,32 @@ def test_a_lookup_round_drafts_what_followed_the_match_where_the_head_is_unsure(
     assert d.propose(ctx, 3, SamplingConfig(temperature=1.0, seed=1), rng)[1] is not None  # sampling: the head
 
 
+def test_lookup_min_prompt_looks_up_only_in_long_enough_prompts(target):
+    """lookup_min_prompt P: a generation whose prompt has fewer than P tokens drafts by the head alone (no looked-up
+    round, the head's drafts), one of P tokens or more as lookup does; each generation decides at its start, so the
+    same drafter takes both in turn. The drafts are the two drafters' they stand for: lookup=0's below P, lookup's
+    from P. Broken variant (the length ignored: _lookup_now kept at lookup) drafts [7, 4, 5] for the short prompt."""
+    model, _, _ = target
+    head = DraftHead(_cfg(model), model.backend, seed=2)
+    ctx = [5, 6, 7, 8, 9, 5, 6, 7, 4, 5, 6]  # 11 tokens; ..., 5, 6 occurred before (then 7, 4, 5)
+
+    def first_round(drafter, prompt_len):
+        drafter.start(ctx[:prompt_len], 64, 300)  # the prompt: the context's first tokens; the rest as if generated
+        for rows in (prompt_len, len(ctx) - prompt_len):  # the prompt's features, then the later positions'
+            drafter.observe(np.zeros((rows, head.config.hidden_size), np.float32))
+        return drafter.propose(ctx, 3, SamplingConfig(), np.random.default_rng(0))[0]
+
+    gated = _HeadOfConfidence(head, model, lookup=2, p=0.3, lookup_min_prompt=8)
+    plain = _HeadOfConfidence(head, model, lookup=0, p=0.3)
+    looks = _HeadOfConfidence(head, model, lookup=2, p=0.3)
+    assert first_round(gated, 7) == first_round(plain, 7) and gated.lookup_rounds == 0  # 7 < 8: the head's
+    assert first_round(gated, 7)[0] == 42
+    assert first_round(gated, 8) == first_round(looks, 8) == [7, 4, 5] and gated.lookup_rounds == 1  # 8 >= 8
+    assert first_round(gated, 7)[0] == 42 and gated.lookup_rounds == 0  # decided again at each start
+    with pytest.raises(ValueError, match="lookup_min_prompt"):
+        HeadDrafter(head, model, lookup=2, lookup_min_prompt=-1)
+
+
 def test_looked_up_drafts_are_priced_by_their_measured_acceptance(target):
     """rollback after a looked-up round counts its drafts by position (judged up to the first rejected), a 2-gram's
     apart from a 3-gram's; a rate shrinks towards the previous position's (the first towards the prior of its n-gram's

@@ -94,6 +94,15 @@ def test_each_backend_gets_its_drafter_object(pair):
     cpu_target = SimpleNamespace(config=SimpleNamespace(vocab_size=V), lm_head_weight=lambda: None,
                                  model=SimpleNamespace(embed_tokens=None))
     assert isinstance(drafter_for(DrafterSpec("head", head=fake_head), cpu_target, V), HeadDrafter)
+    h = drafter_for(DrafterSpec("head", head=fake_head, lookup=2, lookup_min_prompt=256), cpu_target, V)
+    assert (h.lookup, h.lookup_min_prompt) == (2, 256)
+    from project.cli_common import Models  # the CLI's engine: the settings' lookup and its shortest prompt
+    from project.settings import Settings
+
+    for lookup, least in ((2, 256), (2, 0), (0, 0)):
+        m = Models(settings=Settings(drafter="head", gamma=3, extend=0, lookup=lookup, lookup_min_prompt=least),
+                   target=cpu_target, tokenizer=None, vocab_size=V, stop_ids=set(), load_seconds=0, head=fake_head)
+        assert (m.engine().drafter.lookup, m.engine().drafter.lookup_min_prompt) == (lookup, least)
     with pytest.raises(ValueError, match="CUDA-graph engine only"):  # a CPU verify row is dear: not priced yet
         drafter_for(DrafterSpec("head", head=fake_head, extend=2), cpu_target, V)
     gpu = SimpleNamespace(graph_decoder=True, V=V)
@@ -107,12 +116,15 @@ def test_each_backend_gets_its_drafter_object(pair):
     assert h.lookup_steps == 2 and DrafterSpec("head", head=fake_head, gamma=2, extend=3).round_gamma == 5
     with pytest.raises(ValueError, match="same engine"):
         drafter_for(DrafterSpec("model", model=draft), gpu, V)
+    with pytest.raises(ValueError, match="lookup_min_prompt"):  # the CUDA-graph engine looks up in every prompt
+        drafter_for(DrafterSpec("head", head=fake_head, lookup=2, lookup_min_prompt=256), gpu, V)
 
 
 @pytest.mark.parametrize("kw, message", [
     (dict(kind="tree"), "drafter kind"), (dict(kind="model"), "needs its draft model"),
     (dict(kind="head"), "needs its draft head"), (dict(kind="ngram", extend=2), "kind 'model' or 'head'"),
     (dict(kind="ngram", gamma=0), "gamma"), (dict(kind="none", propose_vocab=-1), "propose_vocab"),
+    (dict(kind="ngram", lookup_min_prompt=8), "needs lookup"),
 ])
 def test_bad_specs_are_one_clear_error(kw, message):
     with pytest.raises(ValueError, match=message):

@@ -485,22 +485,23 @@ def test_cpu_activations_sets_the_models_own_mode():
     assert [w.activations for w in weights] == ["float32"] * 3
 
 
-@pytest.mark.parametrize("flags, head, want", [
-    ([], True, 0),  # off by default on the CPU (settings.HEAD_LOOKUP_CPU)
-    (["--backend", "cuda"], True, 2),  # on with the CUDA-graph engine (HEAD_LOOKUP_GPU)
-    (["--backend", "cuda", "--dtype", "float32"], True, 0),  # the eager engine on a GPU: the CPU's default
-    (["--backend", "cuda", "--temperature", "0.7"], True, 0),
-    (["--backend", "cuda", "--draft-tree", "2,3,6"], True, 0),
-    (["--draft-lookup", "2"], True, 2),
-    (["--draft-lookup", "0"], True, 0),
-    (["--draft-lookup", "3", "--backend", "cuda"], True, 3),
-    (["--temperature", "0.7"], True, 0),  # greedy rounds only
-    (["--draft-tree", "2,3,6"], True, 0),
-    ([], False, 0),  # auto without a head: the draft model, no lookup
+@pytest.mark.parametrize("flags, head, want, least", [
+    ([], True, 2, 256),  # the CPU's default: in prompts of 256 tokens or more (settings.HEAD_LOOKUP_CPU*)
+    (["--backend", "cuda"], True, 2, 0),  # the CUDA-graph engine's (HEAD_LOOKUP_GPU): in every prompt
+    (["--backend", "cuda", "--dtype", "float32"], True, 2, 256),  # the eager engine on a GPU: the CPU's default
+    (["--backend", "cuda", "--temperature", "0.7"], True, 0, 0),
+    (["--backend", "cuda", "--draft-tree", "2,3,6"], True, 0, 0),
+    (["--draft-lookup", "2"], True, 2, 0),  # given: in every prompt
+    (["--draft-lookup", "0"], True, 0, 0),
+    (["--draft-lookup", "3", "--backend", "cuda"], True, 3, 0),
+    (["--temperature", "0.7"], True, 0, 0),  # greedy rounds only
+    (["--draft-tree", "2,3,6"], True, 0, 0),
+    ([], False, 0, 0),  # auto without a head: the draft model, no lookup
 ])
-def test_draft_lookup_is_decided_with_the_drafter_and_recorded(flags, head, want, tmp_path):
+def test_draft_lookup_is_decided_with_the_drafter_and_recorded(flags, head, want, least, tmp_path):
     """--draft-lookup stays unset until the drafter is known (for_head); a head's chains take it, it is on every
-    result line when on, and asking for it where auto finds no head is one line."""
+    result line when on (with the shortest prompt it runs in, where the CPU's default limits it), asking for it where
+    auto finds no head is one line."""
     from project.settings import UserError, resolve_settings
 
     s = resolve_settings(prog.build_parser().parse_args(flags))
@@ -510,8 +511,9 @@ def test_draft_lookup_is_decided_with_the_drafter_and_recorded(flags, head, want
             s.for_head(None)
         return
     r = s.for_head(tmp_path if head else None)
-    assert r.drafter == ("head" if head else "model") and r.lookup == want
+    assert r.drafter == ("head" if head else "model") and (r.lookup, r.lookup_min_prompt) == (want, least)
     assert r.record().get("draft_lookup") == (want or None)
+    assert r.record().get("draft_lookup_min_prompt") == (least or None)
 
 
 def test_draft_lookup_without_a_head_found_is_one_line(tmp_path):

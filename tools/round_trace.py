@@ -39,7 +39,8 @@ def main() -> None:
     args = p.parse_args(sys.argv[1:] + ["--drafter", "head"])
     m = load_models(resolve_settings(args), progress=False)
     s = m.settings
-    spec = DrafterSpec("head", head=m.head, gamma=s.gamma, adaptive=s.adaptive, lookup=s.lookup or 0)
+    spec = DrafterSpec("head", head=m.head, gamma=s.gamma, adaptive=s.adaptive, lookup=s.lookup or 0,
+                       lookup_min_prompt=s.lookup_min_prompt if s.lookup else 0)
     engine = make_engine(m.target, spec, s.sampling, m.stop_ids, m.vocab_size)
     engine.warm_up(batch=1)
     rounds.clear()

@@ -64,6 +64,7 @@ class DrafterSpec:
     extend: int = 0  # "model" (and "head" on the CUDA-graph engine): prompt-lookup tokens after the drafter's gamma
     lookup: int = 0  # "head", greedy rounds: prompt lookup first, where an n-gram of this many tokens or more (up to
     # 3) ending the context occurred before, the round drafts what followed it instead of the head's tokens
+    lookup_min_prompt: int = 0  # "head" with lookup, CPU engine: look up only where the prompt has this many tokens
     propose_vocab: int = 0  # "model": propose among the first n token ids only; 0 = all
     adaptive: bool | str = False  # True: raise gamma after a fully accepted round, lower it after an early
     # rejection; "cost": each round drafts 0..gamma by the measured acceptance and costs (budget.py; CPU engine)
@@ -75,7 +76,7 @@ class DrafterSpec:
     def __post_init__(self) -> None:
         if self.kind not in DRAFTER_KINDS:
             raise ValueError(f"drafter kind must be one of {', '.join(DRAFTER_KINDS)}, got {self.kind!r}")
-        for name in ("gamma", "extend", "propose_vocab", "lookup", "prompt_window"):
+        for name in ("gamma", "extend", "propose_vocab", "lookup", "prompt_window", "lookup_min_prompt"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "gamma" else 0):
                 raise ValueError(f"{name} must be an integer >= {1 if name == 'gamma' else 0}, got {v!r}")
@@ -95,6 +96,8 @@ class DrafterSpec:
                 raise ValueError(f"lookup is the shortest n-gram matched, 1..{LOOKUP_MAX_NGRAM}, got {self.lookup}")
             if self.extend or self.tree is not None:
                 raise ValueError("lookup (prompt lookup first) takes neither extend nor a tree")
+        elif self.lookup_min_prompt:
+            raise ValueError("lookup_min_prompt is where lookup runs: it needs lookup > 0")
         if self.tree is not None:
             if self.kind != "head":
                 raise ValueError("a draft tree is drafted by a head: it needs kind 'head'")
@@ -149,12 +152,15 @@ def drafter_for(spec: DrafterSpec, target: Any, vocab_size: int) -> Any:
         if graphs:  # the head's GPU decoder (minitorch/cuda/head.py) over the target decoder
             from .cuda import HeadGpuDrafter
 
+            if spec.lookup_min_prompt:
+                raise ValueError("lookup_min_prompt is the CPU engine's: the CUDA-graph one looks up in every prompt")
             return HeadGpuDrafter(spec.head, lookup_steps=steps, lookup_first=spec.lookup)
         if steps:  # a CPU verify row costs a quarter of a step: looked-up rows are the gate's to price, not yet done
             raise ValueError("a head's drafts continued by prompt lookup (extend) run on the CUDA-graph engine only")
         from .head_drafter import HeadDrafter
 
-        return HeadDrafter(spec.head, target, lookup=spec.lookup, prompt_window=spec.prompt_window)
+        return HeadDrafter(spec.head, target, lookup=spec.lookup, prompt_window=spec.prompt_window,
+                           lookup_min_prompt=spec.lookup_min_prompt)
     if on_graphs(spec.model) != graphs:
         raise ValueError("the draft model and the target must run on the same engine (both CudaDecoders or neither)")
     if graphs:

@@ -27,7 +27,9 @@ takes the looked-up drafts only where more of them are expected to be accepted t
 drafts' by the run's measured acceptance of looked-up drafts at each position (apart by the length of the n-gram
 matched: a 3-gram's continuation is right far more often than a 2-gram's), the head's by its confidence in its first
 draft (its top probability), taken for its later drafts too. With a gate each looked-up draft is priced like the
-head's, p the product of the looked-up rates up to it.
+head's, p the product of the looked-up rates up to it. With `lookup_min_prompt` = P > 0 a generation whose prompt has
+fewer than P tokens drafts by the head alone: there the matches come from the answer's own text (a word problem's
+repeated numbers), and on the CPU a few failed looked-up rounds early close the budget for many rounds.
 
 A prompt window (`prompt_window` = W > 0): the head reads only the prompt's last W positions, its cache's first row
 being context position `_base` (and its positions counted from there: RoPE scores depend on relative positions only,
@@ -76,15 +78,21 @@ class HeadDrafter:
     needs_hidden = True
     gated = True
 
-    def __init__(self, head: Any, target: Any, lookup: int = 0, prompt_window: int = 0) -> None:
+    def __init__(self, head: Any, target: Any, lookup: int = 0, prompt_window: int = 0,
+                 lookup_min_prompt: int = 0) -> None:
         """lookup: M > 0 drafts by prompt lookup first where an n-gram of M or more tokens matches (module
         docstring); 0: the head drafts every round. prompt_window: W > 0 reads only the prompt's last W positions
-        (module docstring); 0: all of them."""
+        (module docstring); 0: all of them. lookup_min_prompt: P > 0 looks up only in generations whose prompt has P
+        tokens or more (module docstring); 0: in every one."""
         if isinstance(lookup, bool) or not isinstance(lookup, int) or not 0 <= lookup <= LOOKUP_MAX_NGRAM:
             raise ValueError(f"lookup must be an integer in 0..{LOOKUP_MAX_NGRAM}, got {lookup!r}")
         if isinstance(prompt_window, bool) or not isinstance(prompt_window, int) or prompt_window < 0:
             raise ValueError(f"prompt_window must be an integer >= 0, got {prompt_window!r}")
+        if isinstance(lookup_min_prompt, bool) or not isinstance(lookup_min_prompt, int) or lookup_min_prompt < 0:
+            raise ValueError(f"lookup_min_prompt must be an integer >= 0, got {lookup_min_prompt!r}")
         self.head, self.target, self.lookup, self.prompt_window = head, target, lookup, prompt_window
+        self.lookup_min_prompt = lookup_min_prompt
+        self._lookup_now = lookup  # this generation's: lookup, or 0 where its prompt is shorter than lookup_min_prompt
         self._base = 0  # the context position of the head cache's first row (> 0 where the prompt was windowed)
         self.lookup_rounds = 0  # this generation's rounds drafted by prompt lookup
         self._round: tuple[int, int, int] | None = None  # (match length, context length, drafts) of a looked-up round
@@ -108,6 +116,7 @@ class HeadDrafter:
         self._base = 0
         self.forwards = 0
         self._prompt = [int(t) for t in prompt_ids]
+        self._lookup_now = self.lookup if len(self._prompt) >= self.lookup_min_prompt else 0
         self.lookup_rounds, self._round, self._counts = 0, None, {}
 
     def observe(self, feats: Any) -> None:
@@ -188,7 +197,7 @@ class HeadDrafter:
             self._check_features(n)
             return [], None
         g, row = self._feed(tokens)
-        if self.lookup and cfg.greedy:
+        if self._lookup_now and cfg.greedy:
             looked_up = self._looked_up(tokens, gamma, gate, top_probability(row))
             if looked_up:  # the head's cache holds n - 1 positions after its feed: the verified prefix
                 return looked_up, None
