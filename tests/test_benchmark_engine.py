@@ -88,8 +88,15 @@ def test_summary_gives_each_repeat_run_alone():
         ["p0", pytest.approx(0.9)]]  # each run names its own problems below 0.95x
     assert "run 1 median 1.25x, 1 below 0.95x (lowest 0.800x): p1 0.800x; run 2 median 1.25x, 1 below 0.95x " \
         "(lowest 0.900x): p0 0.900x" in format_table(summarize(recs, n_boot=50))
+    noise = summarize(recs, n_boot=50)["comparisons"][0]["self_noise"]  # run 2's seconds over run 1's, a mode alone
+    assert noise["target"]["below_095"] == 1 and noise["target"]["below_095_ids"] == [["p0", pytest.approx(0.9)]]
+    assert noise["target"]["median_per_problem"] == pytest.approx(1.0)  # p0 0.9, p1 1.625, p2 1.0
+    assert noise["spec"]["below_095"] == 0 and noise["spec"]["lowest_per_problem"] == pytest.approx(1.0)  # 2, 1, 1
+    assert "against itself" in format_table(summarize(recs, n_boot=50)) and "spec 0 of 3 below 0.95x (lowest " \
+        "1.000x); target 1 of 3 below 0.95x (lowest 0.900x)" in format_table(summarize(recs, n_boot=50))
     # one timing a generation (no --repeats), or a pair missing its runs: no by-run figures
-    assert "by_run" not in summarize([_rec(0, "spec", 10, 1.0), _rec(0, "target", 10, 1.0)], n_boot=20)["comparisons"][0]
+    assert not {"by_run", "self_noise"} & set(summarize([_rec(0, "spec", 10, 1.0), _rec(0, "target", 10, 1.0)],
+                                                         n_boot=20)["comparisons"][0])
     assert "by_run" not in summarize(recs[:2] + [_rec(1, "spec", 60, 1.0), _rec(1, "target", 60, 1.0)],
                                      n_boot=20)["comparisons"][0]
 

@@ -178,7 +178,17 @@ def _comparison(records: Sequence[Mapping[str, Any]], fast: str, base: str,
     by_run = _runs_alone(pairs)
     if by_run:
         out["by_run"] = by_run
+        out["self_noise"] = {fast: _against_itself([f for f, _ in pairs]), base: _against_itself([b for _, b in pairs])}
     return out
+
+
+def _against_itself(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """With --repeats: one mode's run 1 against its own run 2 (run 2's seconds over run 1's, the speedup a benchmark
+    that timed the same mode twice, once each, would report): the median, lowest and count below 0.95x. The same code
+    and the same output, so every problem's true figure is 1.0: what falls below 0.95x here is the machine's noise
+    for a one-timing comparison at that threshold."""
+    kept = [(r["time_s_runs"][1] / max(r["time_s_runs"][0], 1e-12), r["id"]) for r in records]
+    return _per_problem_figures(kept)
 
 
 def _runs_alone(pairs: Sequence[tuple[Mapping, Mapping]]) -> list[dict[str, Any]]:
@@ -249,7 +259,8 @@ def _category(records: Sequence[Mapping[str, Any]], category: str, n_boot: int, 
     out["comparisons"] = [c for f, b in COMPARISONS if f in modes and b in modes
                           for c in [_comparison(rs, f, b, n_boot, seed)] if c is not None]
     for c in out["comparisons"]:
-        c.pop("per_problem", None), c.pop("predicted_per_problem", None), c.pop("by_run", None)
+        for key in ("per_problem", "predicted_per_problem", "by_run", "self_noise"):
+            c.pop(key, None)
     return out
 
 
@@ -294,6 +305,11 @@ def format_table(summary: Mapping[str, Any]) -> str:
             lines.append("each run alone (run k of both modes): " + "; ".join(
                 f"run {r['run']} median {r['median_per_problem']:.2f}x, {r['below_095']} below 0.95x (lowest "
                 f"{r['lowest_per_problem']:.3f}x){_named(r)}" for r in c["by_run"]))
+        if c.get("self_noise"):
+            lines.append("each mode against itself (its run 1 against its run 2, one timing each: the true figure is "
+                         "1.00x, so what falls below 0.95x is the machine's noise): " + "; ".join(
+                             f"{m} {r['below_095']} of {len(c['per_problem'])} below 0.95x (lowest "
+                             f"{r['lowest_per_problem']:.3f}x)" for m, r in c["self_noise"].items()))
     spread = summary.get("repeats")
     if spread:
         lines.append(f"timing: each generation run {spread['runs']} times, its median run kept (of an even count the "
