@@ -315,7 +315,7 @@ GPU_MODEL_GAMMA, GPU_MODEL_EXTEND = 3, 4  # the 0.5B on the CUDA-graph engine: 8
 # (head_drafter.py) M = 2 ran Spec-Bench (first 3 of each category, first turns, 128 tokens, a 2-core Zen 3) at 1.19x
 # against 1.13x without (docs/results/cpu_zen3_lookup_choice/), but the README's demo prompt (short: a word problem)
 # ran 1.44-1.47x against 1.57-1.61x: two looked-up rounds among its first four fail and the gated budget goes plain for
-# 9 rounds; again with stage 5 of the head (2026-12-07, Zen 4) 1.47-1.72x against 1.75-1.93x. Spec-Bench's long
+# 9 rounds; again with stage 5 of the head (2026-12-07, Zen 4: 1.47-1.72x against 1.75-1.93x). Spec-Bench's long
 # prompts with stage 5 (summarization, rag, extraction, first 10 each, first turns: 422-1,154, 671-818 and 174-385
 # tokens) 1.115x with M = 2 against 1.047x without; summarization 1.21x against 1.08x
 # (docs/results/cpu_zen4_lookup_long_prompts/)
