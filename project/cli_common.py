@@ -82,7 +82,7 @@ class Models:
                            adaptive=s.adaptive if adaptive is None else adaptive,
                            tree=s.tree if kind == "head" else None,
                            lookup=(s.lookup or 0) if kind == "head" else 0,
-                           lookup_min_prompt=s.lookup_min_prompt if kind == "head" and s.lookup else 0)
+                           lookup_min_prompt=s.lookup_min_prompt if kind == "head" else 0)
         return make_engine(self.target, spec, sampling or s.sampling, self.stop_ids, self.vocab_size)
 
 

@@ -9,7 +9,6 @@ import argparse
 import sys
 
 from minitorch.generation import head_drafter
-from minitorch.generation.engine import DrafterSpec, make_engine
 from project.cli_common import encode_prompt, load_models
 from project.run_spec_decoding import DEFAULT_PROMPT
 from project.settings import add_engine_args, resolve_settings
@@ -39,9 +38,7 @@ def main() -> None:
     args = p.parse_args(sys.argv[1:] + ["--drafter", "head"])
     m = load_models(resolve_settings(args), progress=False)
     s = m.settings
-    spec = DrafterSpec("head", head=m.head, gamma=s.gamma, adaptive=s.adaptive, lookup=s.lookup or 0,
-                       lookup_min_prompt=s.lookup_min_prompt if s.lookup else 0)
-    engine = make_engine(m.target, spec, s.sampling, m.stop_ids, m.vocab_size)
+    engine = m.engine()  # the CLI's engine: the head with the settings' gamma, budget and lookup
     engine.warm_up(batch=1)
     rounds.clear()
     r = engine.generate(encode_prompt(m.tokenizer, args.prompt, True), s.max_new_tokens)
